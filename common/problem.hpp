@@ -1,0 +1,113 @@
+/// \file problem.hpp
+/// \brief The contract every step implements: the problem, the result, the options.
+///
+/// Tensors are float32, contiguous, row-major, shaped `[batch, heads, seq, head_dim]`
+/// (PyTorch's SDPA layout). This header is C++17 so that CUDA sources can include it.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace common {
+
+/// Sizes of one attention problem. Q is (B, H, N_q, d); K and V are (B, H, N_kv, d).
+struct Shape {
+  int64_t batch = 1;     ///< B
+  int64_t heads = 1;     ///< H
+  int64_t seq_q = 1;     ///< N_q, query rows
+  int64_t seq_kv = 1;    ///< N_kv, key/value rows
+  int64_t head_dim = 1;  ///< d
+
+  int64_t batch_heads() const { return batch * heads; }       ///< B·H
+  int64_t q_elements() const { return batch_heads() * seq_q * head_dim; }    ///< elements of Q and O
+  int64_t kv_elements() const { return batch_heads() * seq_kv * head_dim; }  ///< elements of K and V
+  int64_t lse_elements() const { return batch_heads() * seq_q; }             ///< elements of L
+};
+
+/// One-line description, e.g. "B=1 H=8 N_q=1024 N_kv=1024 d=64".
+std::string describe(const Shape& shape);
+
+/// The inputs of one forward pass.
+struct Problem {
+  Shape shape;                ///< sizes
+  bool causal = false;        ///< top-left aligned mask: query i sees keys j <= i (PyTorch's convention)
+  float scale = 1.0f;         ///< softmax scale applied to QK^T (1/sqrt(d) unless chosen)
+  std::vector<float> q;       ///< (B, H, N_q, d)
+  std::vector<float> k;       ///< (B, H, N_kv, d)
+  std::vector<float> v;       ///< (B, H, N_kv, d)
+};
+
+/// The default softmax scale, 1/sqrt(d).
+float default_scale(int64_t head_dim);
+
+/// Thrown for any input that a step cannot run: the message is one line that
+/// names what is wrong and what is allowed.
+struct InputError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+/// Thrown by GPU steps when no usable CUDA device is present.
+struct NoGpuError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// The largest number of elements any one tensor may have (2^31 - 1), so that
+/// every step, CPU or GPU, can index a tensor with 32-bit offsets per (b, h)
+/// and 64-bit offsets overall without overflow.
+inline constexpr int64_t kMaxTensorElements = (int64_t{1} << 31) - 1;
+
+/// Checks sizes: all >= 1 and no tensor over kMaxTensorElements. Throws
+/// InputError with a one-line message. Call it before allocating tensors.
+void validate(const Shape& shape);
+
+/// validate(shape), then tensors of the right length and a finite scale.
+void validate(const Problem& problem);
+
+/// Throws InputError unless `head_dim` is one of `supported` (empty = any d >= 1).
+void require_head_dim(int64_t head_dim, const std::vector<int64_t>& supported,
+                      const std::string& step_name);
+
+/// Bytes moved between "HBM" and the chip, as counted by steps that model it.
+struct Traffic {
+  int64_t hbm_read_bytes = 0;   ///< bytes read from global memory
+  int64_t hbm_write_bytes = 0;  ///< bytes written to global memory
+};
+
+/// What a step returns.
+struct Result {
+  std::vector<float> o;    ///< (B, H, N_q, d)
+  std::vector<float> lse;  ///< L = m + log(l), natural log, (B, H, N_q)
+  /// Extra working memory the step allocated beyond inputs and outputs, in bytes
+  /// (measured by common::Workspace / device allocations, not estimated).
+  int64_t peak_bytes = 0;
+  std::optional<Traffic> traffic;  ///< counted HBM traffic, where the step models it
+  /// Kernel-only times (ms) of `Options::repeat` launches after a warm-up, for
+  /// steps that time themselves (GPU steps, with CUDA events). Empty otherwise.
+  std::vector<double> kernel_ms;
+  /// Step-specific figures to print beside the standard ones (name, value).
+  std::vector<std::pair<std::string, double>> extra;
+};
+
+/// A result of the right size with every element set to NaN, so an element the
+/// step forgets to write fails every check. Steps start from this.
+Result allocate_result(const Shape& shape);
+
+/// Per-run options. A step ignores the ones that mean nothing to it.
+struct Options {
+  /// On-chip budget M in floats, for steps that derive tile sizes from it
+  /// (0 = the step's default).
+  int64_t sram_floats = 0;
+  /// Where to print the step-by-step trace (`--trace`); nullptr = no trace.
+  std::ostream* trace = nullptr;
+  /// Show progress on the terminal for long runs.
+  bool progress = false;
+  /// Steps that time themselves (GPU): time this many launches after a warm-up.
+  int repeat = 0;
+};
+
+}  // namespace common

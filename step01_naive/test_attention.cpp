@@ -1,0 +1,31 @@
+/// \file step01_naive/test_attention.cpp
+/// \brief step01's tests: the conformance suite, the named fixtures, memory.
+#include <doctest/doctest.h>
+
+#include "attention.hpp"
+#include "common/driver.hpp"
+#include "common/testing.hpp"
+
+TEST_CASE("step01: conformance suite (O and L against the fp64 reference)") {
+  common::testing::check_conformance(step01::describe());
+}
+
+TEST_CASE("step01: named fixtures") {
+  common::testing::check_fixture(step01::describe(), common::hand_worked_example());
+  common::testing::check_fixture(step01::describe(), common::two_by_two_m9());
+  common::testing::check_fixture(step01::describe(), common::seed002_n16_d8());
+  for (const common::Shape& s : common::seed004_shapes()) {
+    CAPTURE(common::describe(s));
+    common::testing::check_problem(step01::describe(),
+                                   common::make_random_problem(s, false, 0.0f, common::testing::run_seed()));
+  }
+}
+
+TEST_CASE("step01: peak working memory is the N_q x N_kv score matrix") {
+  const common::Problem p = common::make_random_problem(common::Shape{1, 2, 300, 200, 16}, false, 0.0f, 5);
+  common::RunSettings settings;
+  settings.repeat = 0;
+  const common::RunReport report = common::run_step(step01::describe(), p, settings);
+  // S plus the two row vectors m and l, for one head at a time.
+  CHECK(report.result.peak_bytes == (300 * 200 + 2 * 300) * 4);
+}
