@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Command 1 of the README: install what is missing, configure, build, run the tour.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/ensure-packages.sh
+ensure_packages
+cmake --preset default
+cmake --build --preset default
+./build/bin/tour "$@"
