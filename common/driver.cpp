@@ -105,6 +105,7 @@ struct ProgramArgs {
   bool trace = false;
   std::string load_dir;
   std::string save_dir;
+  std::string fixture;
   int64_t sram_floats = 0;
   bool help = false;
 };
@@ -127,7 +128,9 @@ void print_help(const StepInfo& step) {
             << "  --scale S        softmax scale (default 1/sqrt(d))\n"
             << "  --seed S         seed of the random inputs (default 1)\n"
             << "  --load DIR       read DIR/q.npy, DIR/k.npy, DIR/v.npy (float32, [B,H,N,d]);\n"
-            << "                   the shape options are then taken from the files\n";
+            << "                   the shape options are then taken from the files\n"
+            << "  --fixture NAME   a named example instead of random inputs:\n"
+            << "                   hand_worked_n2_d1 (seed 000, O = -0.88), two_by_two_m9, seed002_n16_d8\n";
   if (step.uses_sram_budget) {
     std::cout << "  --sram-floats M  on-chip budget M in floats; B_c = ceil(M/4d), B_r = min(B_c, d)\n"
               << "                   (default " << step.default_sram_floats << ")\n";
@@ -196,6 +199,7 @@ ProgramArgs parse_args(const StepInfo& step, int argc, char** argv) {
     else if (opt == "--trace") a.trace = true;
     else if (opt == "--load") a.load_dir = value();
     else if (opt == "--save") a.save_dir = value();
+    else if (opt == "--fixture") a.fixture = value();
     else if (opt == "--sram-floats" && step.uses_sram_budget) {
       a.sram_floats = parse_int(opt, value(), 1, int64_t{1} << 30);
     } else if (opt == "--sram-floats") {
@@ -207,6 +211,7 @@ ProgramArgs parse_args(const StepInfo& step, int argc, char** argv) {
   }
   validate(a.shape);  // before any tensor is allocated
   if (a.trace && a.json) throw InputError("--trace and --json cannot be combined");
+  if (!a.fixture.empty() && !a.load_dir.empty()) throw InputError("--fixture and --load cannot be combined");
   if (a.trace && !step.has_trace) throw InputError(step.name + " has no --trace");
   return a;
 }
@@ -235,6 +240,15 @@ Problem load_problem(const std::string& dir, bool causal, float scale) {
   p.v = v.data;
   validate(p);
   return p;
+}
+
+// The named fixtures the program can run with --fixture.
+Fixture find_fixture(const std::string& name) {
+  for (const Fixture& f : {hand_worked_example(), two_by_two_m9(), seed002_n16_d8()}) {
+    if (f.name == name) return f;
+  }
+  throw InputError("unknown fixture '" + name +
+                   "' (known: hand_worked_n2_d1, two_by_two_m9, seed002_n16_d8)");
 }
 
 void save_result(const std::string& dir, const Shape& s, const Result& r) {
@@ -282,7 +296,7 @@ void print_json(const StepInfo& step, const Problem& p, const RunReport& rep) {
 
 void print_table(const StepInfo& step, const Problem& p, const RunReport& rep) {
   const auto row = [](const std::string& name) -> std::ostream& {
-    return std::cout << "  " << std::left << std::setw(22) << name;
+    return std::cout << "  " << std::left << std::setw(26) << name << ' ';
   };
   std::cout << step.name << " — " << step.title << "\n";
   row("problem") << describe(p.shape) << (p.causal ? " causal" : "") << " scale=" << p.scale << "\n";
@@ -319,9 +333,19 @@ int run_program(const StepInfo& step, int argc, char** argv) {
       print_help(step);
       return 0;
     }
-    Problem problem = args.load_dir.empty()
-                          ? make_random_problem(args.shape, args.causal, args.scale, args.seed)
-                          : load_problem(args.load_dir, args.causal, args.scale);
+    Problem problem;
+    int64_t sram_floats = args.sram_floats;
+    if (!args.fixture.empty()) {
+      const Fixture f = find_fixture(args.fixture);
+      problem = f.problem;
+      problem.causal = args.causal;
+      if (args.scale > 0) problem.scale = args.scale;
+      if (sram_floats == 0 && step.uses_sram_budget) sram_floats = f.sram_floats;
+    } else if (!args.load_dir.empty()) {
+      problem = load_problem(args.load_dir, args.causal, args.scale);
+    } else {
+      problem = make_random_problem(args.shape, args.causal, args.scale, args.seed);
+    }
     validate(problem);
     require_head_dim(problem.shape.head_dim, step.head_dims, step.name);
     const Shape& s = problem.shape;
@@ -331,7 +355,7 @@ int run_program(const StepInfo& step, int argc, char** argv) {
     RunSettings settings;
     settings.check = args.check;
     settings.repeat = args.repeat;
-    settings.sram_floats = args.sram_floats;
+    settings.sram_floats = sram_floats;
     settings.trace = args.trace ? &std::cout : nullptr;
     settings.progress = !args.json && isatty(STDERR_FILENO);
     const RunReport report = run_step(step, problem, settings);

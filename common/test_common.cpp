@@ -229,6 +229,7 @@ TEST_CASE("driver: bad options give one line on stderr and exit code 2") {
       {{"--seq-q", "100000", "--seq-kv", "100000", "--heads", "100000"}, "2^31-1"},
       {{"--load", "/nonexistent/dir"}, "cannot open"},
       {{"--trace"}, "no --trace"},
+      {{"--fixture", "nope"}, "unknown fixture"},
   };
   for (const Bad& b : bad) {
     std::string err;
@@ -266,6 +267,16 @@ TEST_CASE("driver: --check, --json, --save and --load") {
   std::string err;
   CHECK(run({"--load", dir.string()}, nullptr, &err) == 2);
   CHECK(err.find("same shape") != std::string::npos);
+}
+
+TEST_CASE("driver: --fixture runs a named example") {
+  const auto dir = temp_dir("fixture");
+  std::string out;
+  REQUIRE(run({"--fixture", "hand_worked_n2_d1", "--check", "--save", dir.string()}, &out) == 0);
+  CHECK(out.find("N_q=2 N_kv=2 d=1") != std::string::npos);
+  const NpyArray o = read_npy((dir / "o.npy").string());
+  REQUIRE(o.data.size() == 2);
+  CHECK(o.data[0] == doctest::Approx(-0.8808).epsilon(1e-4));
 }
 
 TEST_CASE("driver: a wrong step fails --check with exit code 1") {
