@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/problem.hpp"
@@ -29,19 +31,43 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
                   cudaGetErrorString(status) + ") in " + call + " at " + where);
 }
 
+/// The one-line message of NoGpuError: `count` devices found, `status` from
+/// cudaGetDeviceCount. Separate from require_gpu so that a machine with a GPU can
+/// test the wording of the path it never takes.
+inline std::string no_gpu_message(const std::string& step_name, int count, cudaError_t status) {
+  return step_name + " needs an NVIDIA GPU, and none was found (" +
+         (status == cudaSuccess ? std::to_string(count) + " devices" : std::string(cudaGetErrorString(status))) +
+         ")";
+}
+
 /// Throws NoGpuError unless a CUDA device is present and usable; returns its id.
 inline int require_gpu(const std::string& step_name) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    throw NoGpuError(step_name + " needs an NVIDIA GPU, and none was found (" +
-                     (status == cudaSuccess ? std::string("0 devices") : std::string(cudaGetErrorString(status))) +
-                     ")");
+    throw NoGpuError(no_gpu_message(step_name, count, status));
   }
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
   return device;
+}
+
+/// Throws InputError when `needed_bytes` exceed `free_bytes` of device memory, so
+/// that a problem too large for the GPU is refused before anything is allocated
+/// or launched. Pure, so it can be tested with made-up numbers.
+inline void check_fits(int64_t needed_bytes, size_t free_bytes, const std::string& step_name) {
+  if (needed_bytes <= static_cast<int64_t>(free_bytes)) return;
+  const auto mib = [](double bytes) { return std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB"; };
+  throw InputError(step_name + ": this problem needs " + mib(double(needed_bytes)) + " of GPU memory and " +
+                   mib(double(free_bytes)) + " are free; use smaller sizes");
+}
+
+/// check_fits against the memory free on the current device now.
+inline void require_device_memory(int64_t needed_bytes, const std::string& step_name) {
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo", __FILE__, __LINE__);
+  check_fits(needed_bytes, free_bytes, step_name);
 }
 
 }  // namespace common::cuda
