@@ -3,7 +3,7 @@
 ///
 /// This step extends step 2 by writing the same Algorithm 1 the way a GPU runs it:
 ///  1. One block per (batch, head); the block's threads share the work. Thread
-///     tx owns row tx of Q_i, O_i and S_ij (rows tx, tx + blockDim.x, ... when
+///     tid owns row tid of Q_i, O_i and S_ij (rows tid, tid + blockDim.x, ... when
 ///     B_r is larger than the block); every tile load is split over all threads.
 ///  2. The tiles K_j, V_j, Q_i, O_i, S_ij, l_i, m_i live in the block's shared
 ///     memory, carved by hand into named views; O, l, m live in global memory and
@@ -46,7 +46,7 @@ void flash_attention_1(sim::Global<const float> q, sim::Global<const float> k, s
                        sim::Global<float> o, sim::Global<float> l_hbm, sim::Global<float> m_hbm,
                        sim::Global<float> lse, KernelParams p) {
   const int64_t N_q = p.N_q, N_kv = p.N_kv, d = p.d, Bc = p.Bc, Br = p.Br;
-  const int64_t tx = threadIdx.x, threads = blockDim.x;
+  const int64_t tid = threadIdx.x, threads = blockDim.x;
   const int64_t bh = blockIdx.x;  // one block per (batch, head)
 
   // This block's head in global memory.
@@ -71,8 +71,8 @@ void flash_attention_1(sim::Global<const float> q, sim::Global<const float> k, s
   //! [shared layout]
 
   // Line 2: O = 0, l = 0, m = −∞ in global memory, split over the threads.
-  for (int64_t e = tx; e < N_q * d; e += threads) O[e] = 0.0f;
-  for (int64_t r = tx; r < N_q; r += threads) {
+  for (int64_t e = tid; e < N_q * d; e += threads) O[e] = 0.0f;
+  for (int64_t r = tid; r < N_q; r += threads) {
     l[r] = 0.0f;
     m[r] = kMinusInf;
   }
@@ -82,7 +82,7 @@ void flash_attention_1(sim::Global<const float> q, sim::Global<const float> k, s
     const int64_t kv0 = j * Bc, cols = std::min(Bc, N_kv - kv0);  // the last tile may be short
     //! [load K_j V_j]
     // Line 6: load K_j, V_j from global to shared memory, split over the threads.
-    for (int64_t e = tx; e < Bc * d; e += threads) {
+    for (int64_t e = tid; e < Bc * d; e += threads) {
       const int64_t c = e / d;
       if (c < cols) {  // tail guard: the rows past N_kv do not exist
         Kj[e] = K[kv0 * d + e];
@@ -95,18 +95,18 @@ void flash_attention_1(sim::Global<const float> q, sim::Global<const float> k, s
     for (int64_t i = 0; i < p.Tr; ++i) {  // line 7: Q tiles, inner loop
       const int64_t q0 = i * Br, rows = std::min(Br, N_q - q0);
       // Line 8: load Q_i, O_i, l_i, m_i, split over the threads.
-      for (int64_t e = tx; e < rows * d; e += threads) {
+      for (int64_t e = tid; e < rows * d; e += threads) {
         Qi[e] = Q[q0 * d + e];
         Oi[e] = O[q0 * d + e];
       }
-      for (int64_t r = tx; r < rows; r += threads) {
+      for (int64_t r = tid; r < rows; r += threads) {
         li[r] = l[q0 + r];
         mi[r] = m[q0 + r];
       }
-      syncthreads();  // thread tx works on row tx of Q_i and O_i, which other threads loaded
+      syncthreads();  // thread tid works on row tid of Q_i and O_i, which other threads loaded
 
       //! [rows]
-      for (int64_t r = tx; r < rows; r += threads) {  // thread tx owns row r of Q_i, O_i, S_ij
+      for (int64_t r = tid; r < rows; r += threads) {  // thread tid owns row r of Q_i, O_i, S_ij
         // Line 9: S_ij = scale · Q_i K_jᵀ, masked where key kv0 + c is after query q0 + r.
         // Line 10: m̃_ij = rowmax(S_ij), kept in a register.
         float mij = kMinusInf;
@@ -151,8 +151,8 @@ void flash_attention_1(sim::Global<const float> q, sim::Global<const float> k, s
       syncthreads();  // the write-back below is split over the threads: row r of O_i is thread r's
 
       // Lines 12–13: write O_i, l_i, m_i back to global memory.
-      for (int64_t e = tx; e < rows * d; e += threads) O[q0 * d + e] = Oi[e];
-      for (int64_t r = tx; r < rows; r += threads) {
+      for (int64_t e = tid; e < rows * d; e += threads) O[q0 * d + e] = Oi[e];
+      for (int64_t r = tid; r < rows; r += threads) {
         l[q0 + r] = li[r];
         m[q0 + r] = mi[r];
       }
@@ -162,7 +162,7 @@ void flash_attention_1(sim::Global<const float> q, sim::Global<const float> k, s
 
   // The log-sum-exp of each score row, kept for the backward pass: L = m + log(l).
   // (The last barrier above also orders the final write-back of l, m before these reads.)
-  for (int64_t r = tx; r < N_q; r += threads) L[r] = m[r] + std::log(l[r]);
+  for (int64_t r = tid; r < N_q; r += threads) L[r] = m[r] + std::log(l[r]);
 }
 //! [kernel]
 

@@ -19,7 +19,7 @@ inline constexpr int64_t kDefaultSramFloats = int64_t{1} << 14;
 
 /// The most threads in a block. One thread per row of Q_i would need B_r
 /// threads; more than this many OS threads per block only slows the simulator
-/// down, so thread tx then owns rows tx, tx + 128, ... (CUDA allows 1024).
+/// down, so thread tid then owns rows tid, tid + 128, ... (CUDA allows 1024).
 inline constexpr int64_t kMaxThreads = 128;
 
 /// The sizes a kernel needs, passed by value like a CUDA kernel's arguments.
@@ -41,8 +41,8 @@ using Kernel = void (*)(sim::Global<const float> Q, sim::Global<const float> K, 
                         sim::Global<float> O, sim::Global<float> l, sim::Global<float> m, sim::Global<float> L,
                         KernelParams p);
 
-/// The step's kernel: Algorithm 1 with one block per (batch, head), thread tx
-/// owning row tx of Q_i, O_i and S_ij, tiles in shared memory, O, l, m in global
+/// The step's kernel: Algorithm 1 with one block per (batch, head), thread tid
+/// owning row tid of Q_i, O_i and S_ij, tiles in shared memory, O, l, m in global
 /// memory read and written back on every (j, i). Launched by run_kernel.
 void flash_attention_1(sim::Global<const float> q, sim::Global<const float> k, sim::Global<const float> v,
                        sim::Global<float> o, sim::Global<float> l_hbm, sim::Global<float> m_hbm,

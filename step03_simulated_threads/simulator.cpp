@@ -2,9 +2,10 @@
 /// \brief The simulator's machinery: blocks of OS threads, the barrier, the shadow of shared memory.
 ///
 /// How the checks work:
-///  - Every shared float has two shadow words. `written` holds (phase + 1,
-///    thread) of its last write; `read` holds (phase + 1, thread, "several
-///    readers") of its reads in that phase. A phase is the stretch between two
+///  - Every shared float has three shadow words. `written` holds (phase + 1,
+///    thread) of its last write; `read` and `read2` hold (phase + 1, thread) of
+///    its first reader in that phase and of a second, different one — enough to
+///    name a reader other than any later writer. A phase is the stretch between two
 ///    barriers; all threads of a block agree on it, because a barrier is passed
 ///    by all or none. A read checks `written` (never written: uninitialised; written
 ///    by another thread in this phase: race); a write checks both words. The
@@ -73,9 +74,8 @@ namespace detail {
 namespace {
 
 /// A shadow word: (phase + 1) in the high 32 bits, so 0 means "never"; the
-/// thread in the low 31 bits; bit 31 of `read` words means "several readers".
-constexpr uint64_t kSeveral = uint64_t{1} << 31;
-constexpr uint64_t kThreadMask = kSeveral - 1;
+/// thread in the low 32 bits.
+constexpr uint64_t kThreadMask = 0xffffffffu;
 uint64_t shadow(int64_t phase, int64_t tid) { return (uint64_t(phase + 1) << 32) | uint64_t(tid); }
 int64_t shadow_phase(uint64_t w) { return int64_t(w >> 32) - 1; }
 int64_t shadow_thread(uint64_t w) { return int64_t(w & kThreadMask); }
@@ -113,6 +113,7 @@ struct BlockState {
       : idx(idx_), dim(dim_), threads(dim_.count()), arena(static_cast<size_t>(arena_floats)),
         written(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
         read(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
+        read2(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
         arrivals(static_cast<size_t>(dim_.count())), barrier(dim_.count(), Completion{this}) {}
 
   dim3 thread_of(int64_t tid) const {
@@ -213,7 +214,9 @@ struct BlockState {
   dim3 idx, dim;
   int64_t threads;
   common::Workspace<std::atomic<float>> arena;  // the block's shared memory, counted as working memory
-  std::unique_ptr<std::atomic<uint64_t>[]> written, read;  // the shadow (simulator bookkeeping)
+  // The shadow (simulator bookkeeping): the last write, the first reader and a
+  // second, different reader of each float in the phase they happened in.
+  std::unique_ptr<std::atomic<uint64_t>[]> written, read, read2;
   std::mutex views_mutex;
   std::vector<ViewRecord> views;
   std::vector<Arrival> arrivals;
@@ -257,19 +260,16 @@ float shared_load(const char* name, int64_t offset, int64_t count, int64_t i) {
   BlockState& b = current_block();
   ThreadContext& ctx = *this_thread;
   const int64_t a = shared_element(b, name, offset, count, i);
-  // Note this read first, then look for a write by another thread in this phase.
+  // Note this read first (as the first reader, or as a second, different one),
+  // then look for a write by another thread in this phase.
   const uint64_t me = shadow(ctx.phase, ctx.tid);
   uint64_t r = b.read[a].load();
-  for (;;) {
-    uint64_t want;
-    if (shadow_phase(r) != ctx.phase) {
-      want = me;
-    } else if (!(r & kSeveral) && shadow_thread(r) != ctx.tid) {
-      want = r | kSeveral;
-    } else {
-      break;
+  while (shadow_phase(r) != ctx.phase && !b.read[a].compare_exchange_weak(r, me)) {
+  }
+  if (shadow_phase(r) == ctx.phase && shadow_thread(r) != ctx.tid) {
+    uint64_t r2 = b.read2[a].load();
+    while (shadow_phase(r2) != ctx.phase && !b.read2[a].compare_exchange_weak(r2, me)) {
     }
-    if (b.read[a].compare_exchange_weak(r, want)) break;
   }
   const uint64_t w = b.written[a].load();
   const auto element = [&] { return std::string(name) + "[" + std::to_string(i) + "]"; };
@@ -298,12 +298,12 @@ void shared_store(const char* name, int64_t offset, int64_t count, int64_t i, fl
            "shared " + element() + " is written by thread " + b.thread_name(ctx.tid) + " and by thread " +
                b.thread_name(shadow_thread(w)) + " with no barrier between them");
   }
-  const uint64_t r = b.read[a].load();
-  if (shadow_phase(r) == ctx.phase && ((r & kSeveral) || shadow_thread(r) != ctx.tid)) {
-    const int64_t reader = shadow_thread(r);
-    b.fail(Check::shared_race, name, i, {reader},
-           "shared " + element() + " is written by thread " + b.thread_name(ctx.tid) + " and read by thread" +
-               ((r & kSeveral) ? "s including " : " ") + b.thread_name(reader) + " with no barrier between them");
+  for (const uint64_t r : {b.read[a].load(), b.read2[a].load()}) {
+    if (shadow_phase(r) == ctx.phase && shadow_thread(r) != ctx.tid) {
+      b.fail(Check::shared_race, name, i, {shadow_thread(r)},
+             "shared " + element() + " is written by thread " + b.thread_name(ctx.tid) + " and read by thread " +
+                 b.thread_name(shadow_thread(r)) + " with no barrier between them");
+    }
   }
   ++ctx.smem_write;
   b.arena[size_t(a)].store(value, std::memory_order_relaxed);
@@ -344,7 +344,11 @@ Shared SharedArena::view(const char* name, int64_t offset, int64_t count) const 
       b.fail(Check::overlapping_buffers, name, lo - offset, {},
              "shared view " + std::string(name) + " " + detail::range(offset, count) +
                  (same_name ? " was carved before as " : " overlaps ") + v.name + " " +
-                 detail::range(v.offset, v.count) + (same_name ? "" : " in floats " + detail::range(lo, hi - lo)));
+                 detail::range(v.offset, v.count) +
+                 (same_name ? ""
+                            : " in floats " + detail::range(lo, hi - lo) + ": " + name + "[" +
+                                  std::to_string(lo - offset) + "] is " + v.name + "[" + std::to_string(lo - v.offset) +
+                                  "]"));
     }
   }
   b.views.push_back({name, offset, count});
