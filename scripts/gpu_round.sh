@@ -94,7 +94,7 @@ fi
 if want bench; then
   echo
   echo "== benchmark, N=4096 d=128 B·H=64 (grid section)"
-  awk -F, 'NR == 1 || ($2 == "grid" && $6 == 4096 && $8 == 128)' "$out/gpu_bench.csv" | cut -d, -f3,9,11- | column -t -s,
+  awk -F, 'NR == 1 || ($2 == "grid" && $6 == 4096 && $8 == 128) { printf "%-22s %-6s %-4s %-10s %-8s %-17s %s\n", $3, $9, $10, $11, $12, $13, $14 }' "$out/gpu_bench.csv"
 fi
 echo
 echo "== summary ($out)"
