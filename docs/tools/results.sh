@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# results.sh REPO OUTDIR — the data of the "Results" and "FA1 vs FA2" pages.
+#
+# Reads every REPO/docs/results/*.csv (written by the benchmark programs) and
+# writes into OUTDIR:
+#   results_tables.md   per CSV: where it was measured (the file's row in
+#                       docs/results/README.md), the commit that added it, the
+#                       table, and its plots
+#   results_*.png       plots (gnuplot): TFLOP/s against N per step and baseline,
+#                       time against N, and working memory against N where the
+#                       CSV has peak_bytes; one set per (B, H, d, causal) in the file
+#   fa_numbers.md       step05_cuda_registers against step06_fa2, from any CSV
+#                       that has both on the same problem (else: "not measured yet")
+#
+# A CSV is recognised by its columns, not its name: it needs `step` (the step or
+# baseline: step01_naive, ..., cublas_standard, torch_sdpa_flash, ...), `seq` (N,
+# or seq_q), and `time_ms` and/or `tflops`; batch, heads, head_dim, causal and
+# peak_bytes are used when present. See docs/results.md for the columns.
+set -euo pipefail
+
+repo=$1
+out=$2
+results="$repo/docs/results"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+md="$out/results_tables.md"
+: > "$md"
+rm -f "$out"/results_*.png
+
+# The row of docs/results/README.md's table that names FILE, as "- key: value" lines.
+provenance() {
+  local file=$1
+  [[ -f "$results/README.md" ]] || return 0
+  awk -F'|' -v file="$file" '
+    function trim(s) { gsub(/^[ \t`]+|[ \t`]+$/, "", s); return s }
+    /^\|/ && !header { for (i = 2; i < NF; i++) h[i] = trim($i); header = 1; next }
+    /^\| *-/ { next }
+    /^\|/ && trim($2) == file { for (i = 3; i < NF; i++) printf "- **%s:** %s\n", h[i], trim($i); found = 1 }
+    END { if (!found) print "- (no row for this file in `docs/results/README.md`)" }' "$results/README.md"
+}
+
+commit_of() {
+  local rel="docs/results/$1" c
+  if command -v git >/dev/null 2>&1 && c=$(git -C "$repo" log -1 --format='%h, %ad' --date=short -- "$rel" 2>/dev/null) && [[ -n "$c" ]]; then
+    echo "$c"
+  else
+    echo "not committed yet"
+  fi
+}
+
+# CSV -> Markdown table, numbers rounded to 4 significant digits.
+csv_table() {
+  awk -F',' '
+    function fmt(x) { if (x ~ /^-?[0-9]+\.[0-9]+([eE][-+]?[0-9]+)?$/ || x ~ /^-?[0-9]+[eE][-+]?[0-9]+$/) return sprintf("%.4g", x); return x }
+    NR == 1 { line = "|"; sep = "|"
+              for (i = 1; i <= NF; i++) { line = line " " $i " |"; sep = sep (i == 1 ? " --- |" : " ---: |") }
+              print line; print sep; next }
+    { line = "|"; for (i = 1; i <= NF; i++) line = line " " fmt($i) " |"; print line }' "$1"
+}
+
+plot_count=0
+csvs=("$results"/*.csv)
+[[ -e "${csvs[0]}" ]] || csvs=()
+for csv in "${csvs[@]}"; do
+  name=$(basename "$csv")
+  stem=${name%.csv}
+  anchor=$(echo "results_$stem" | tr -c 'A-Za-z0-9_\n' '_')
+  header=$(head -1 "$csv" | tr -d '\r')
+  col() { echo "$header" | awk -F',' -v want="$1" '{ for (i = 1; i <= NF; i++) if ($i == want) { print i; exit } }'; }
+  c_step=$(col step); c_seq=$(col seq); [[ -n "$c_seq" ]] || c_seq=$(col seq_q)
+  c_tflops=$(col tflops); c_time=$(col time_ms); c_mem=$(col peak_bytes)
+  c_b=$(col batch); c_h=$(col heads); c_d=$(col head_dim); c_causal=$(col causal)
+
+  {
+    echo "## ${name} {#${anchor}}"
+    echo
+    provenance "$name"
+    echo "- **commit:** $(commit_of "$name")"
+    echo "- **file:** [docs/results/${name}](repo/docs/results/${name})"
+    echo
+  } >> "$md"
+
+  if [[ -z "$c_step" || -z "$c_seq" || ( -z "$c_tflops" && -z "$c_time" ) ]]; then
+    echo "(Not plotted: the file lacks a \`step\`, \`seq\` or \`time_ms\`/\`tflops\` column.)" >> "$md"
+    echo >> "$md"
+    csv_table "$csv" >> "$md"
+    echo >> "$md"
+    continue
+  fi
+
+  # One group of plots per problem family (B, H, d, causal) in the file.
+  awk -F',' -v b="$c_b" -v h="$c_h" -v d="$c_d" -v c="$c_causal" '
+    NR > 1 { key = (b ? "B=" $b " " : "") (h ? "H=" $h " " : "") (d ? "d=" $d " " : "") (c ? ($c == 1 || $c == "true" ? "causal" : "not causal") : "")
+             sub(/ $/, "", key); if (!(key in seen)) { seen[key] = 1; print key } }' "$csv" > "$tmp/groups"
+
+  g=0
+  while IFS= read -r group; do
+    g=$((g + 1))
+    # Rows of this group, as "step seq tflops time_ms peak_bytes" (missing = NaN).
+    awk -F',' -v b="$c_b" -v h="$c_h" -v d="$c_d" -v c="$c_causal" -v want="$group" \
+        -v s="$c_step" -v n="$c_seq" -v t="$c_tflops" -v ms="$c_time" -v mem="$c_mem" '
+      NR > 1 { key = (b ? "B=" $b " " : "") (h ? "H=" $h " " : "") (d ? "d=" $d " " : "") (c ? ($c == 1 || $c == "true" ? "causal" : "not causal") : "")
+               sub(/ $/, "", key)
+               if (key == want) print $s, $n, (t ? $t : "NaN"), (ms ? $ms : "NaN"), (mem ? $mem : "NaN") }' \
+      "$csv" | sort -k1,1 -k2,2n > "$tmp/rows"
+    steps=$(cut -d' ' -f1 "$tmp/rows" | awk '!seen[$0]++')
+    for s in $steps; do awk -v s="$s" '$1 == s' "$tmp/rows" > "$tmp/$s.dat"; done
+
+    # TFLOP/s, or GFLOP/s when every value is below 1 TFLOP/s (the CPU steps).
+    scale=1; unit="TFLOP/s"
+    if [[ -n "$c_tflops" ]] && awk '$3 != "NaN" && $3 >= 1 { exit 1 }' "$tmp/rows"; then scale=1000; unit="GFLOP/s"; fi
+
+    plot_one() {  # plot_one KIND YCOL YEXPR YLABEL LOGY
+      local kind=$1 ycol=$2 yexpr=$3 ylabel=$4 logy=$5 png="results_${stem}_${1}_${g}.png" cmd="" s
+      for s in $steps; do cmd+="'$tmp/$s.dat' using 2:($yexpr) with linespoints lw 2 pt 7 title '$s' noenhanced, "; done
+      gnuplot <<EOF
+set terminal pngcairo size 900,540 font "sans,11"
+set output '$out/$png'
+set title '${name}: ${group}' noenhanced
+set logscale x 2
+set format x '2^{%L}'
+$( [[ $logy == 1 ]] && echo "set logscale y 2" || echo "set yrange [0:*]" )
+$( [[ $logy == 1 ]] && echo "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05" || echo "set offsets graph 0.03, graph 0.03, graph 0.05, 0" )
+set xlabel 'N = N_q = N_{kv}'
+set ylabel '$ylabel'
+set key outside right top
+set grid
+plot ${cmd%, }
+EOF
+      echo "\\image html $png \"${name}, ${group}: ${ylabel} against N\"" >> "$md"
+      echo >> "$md"
+      plot_count=$((plot_count + 1))
+    }
+    echo "### ${group}" >> "$md"
+    echo >> "$md"
+    [[ -n "$c_tflops" ]] && plot_one throughput 3 "\$3*$scale" "$unit" 0
+    [[ -n "$c_time" ]] && plot_one time 4 "\$4" "time (ms)" 1
+    if [[ -n "$c_mem" ]] && awk '$5 != "NaN" && $5 > 0 { found = 1 } END { exit !found }' "$tmp/rows"; then
+      plot_one memory 5 "\$5/1048576" "working memory (MiB)" 1
+    fi
+  done < "$tmp/groups"
+
+  echo "The measurements:" >> "$md"
+  echo >> "$md"
+  csv_table "$csv" >> "$md"
+  echo >> "$md"
+done
+
+if [[ ${#csvs[@]} -eq 0 ]]; then
+  echo "No benchmark has been recorded in \`docs/results/\` yet." >> "$md"
+fi
+
+# --- FA1 (step05) against FA2 (step06) on the same problems -------------------
+fa="$out/fa_numbers.md"
+: > "$tmp/fa.rows"
+for csv in "${csvs[@]}"; do
+  awk -F',' -v file="$(basename "$csv")" '
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; n = c["seq"] ? c["seq"] : c["seq_q"]; next }
+    c["step"] && n && c["time_ms"] && ($c["step"] ~ /^step0[56]_/) {
+      key = file " " (c["batch"] ? $c["batch"] : "?") " " (c["heads"] ? $c["heads"] : "?") " " $n " " \
+            (c["head_dim"] ? $c["head_dim"] : "?") " " (c["causal"] ? $c["causal"] : "?")
+      print key, substr($c["step"], 1, 6), $c["time_ms"], (c["tflops"] ? $c["tflops"] : "NaN") }' \
+    "$csv" >> "$tmp/fa.rows"
+done
+awk '
+  { key = $1 " " $2 " " $3 " " $4 " " $5 " " $6
+    if ($7 == "step05") { t5[key] = $8; f5[key] = $9 } else { t6[key] = $8; f6[key] = $9 }
+    if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
+  END {
+    for (i = 1; i <= n; i++) { k = order[i]; if ((k in t5) && (k in t6)) both++ ; else if (k in t5) only5++; else only6++ }
+    if (!both) {
+      print "**Not measured yet.** No CSV in `docs/results/` has both `step05_cuda_registers` and"
+      print "`step06_fa2` timed on the same problem" (only5 ? " (step05 alone: " only5 " rows)" : "") (only6 ? " (step06 alone: " only6 " rows)" : "") "."
+      print "The table appears here when a GPU benchmark that runs both is recorded."
+      exit
+    }
+    print "| file | B | H | N | d | causal | step05 ms | step06 ms | step05 / step06 | step05 TFLOP/s | step06 TFLOP/s |"
+    print "| --- | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: |"
+    for (i = 1; i <= n; i++) { k = order[i]; if (!((k in t5) && (k in t6))) continue
+      split(k, p, " ")
+      printf "| `%s` | %s | %s | %s | %s | %s | %.4g | %.4g | %.2f | %.4g | %.4g |\n", p[1], p[2], p[3], p[4], p[5], (p[6] == 1 ? "yes" : "no"), t5[k], t6[k], t5[k] / t6[k], f5[k], f6[k] }
+  }' "$tmp/fa.rows" > "$fa"
