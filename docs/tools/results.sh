@@ -67,15 +67,21 @@ for csv in "${csvs[@]}"; do
   stem=${name%.csv}
   anchor=$(echo "results_$stem" | tr -c 'A-Za-z0-9_\n' '_')
   header=$(head -1 "$csv" | tr -d '\r')
-  col() { echo "$header" | awk -F',' -v want="$1" '{ for (i = 1; i <= NF; i++) if ($i == want) { print i; exit } }'; }
-  c_step=$(col step); c_seq=$(col seq); [[ -n "$c_seq" ]] || c_seq=$(col seq_q)
-  c_tflops=$(col tflops); c_time=$(col time_ms); c_mem=$(col peak_bytes)
+  # col NAME... -> the index of the first of these columns that the file has.
+  col() { echo "$header" | awk -F',' -v want="$*" '{ n = split(want, w, " ")
+            for (k = 1; k <= n; k++) for (i = 1; i <= NF; i++) if ($i == w[k]) { print i; exit } }'; }
+  c_step=$(col step kernel); c_seq=$(col seq seq_q)
+  c_tflops=$(col tflops); c_time=$(col time_ms median_ms); c_mem=$(col peak_bytes)
   c_b=$(col batch); c_h=$(col heads); c_d=$(col head_dim); c_causal=$(col causal)
+  c_gpu=$(col gpu); c_section=$(col section)
 
   {
     echo "## ${name} {#${anchor}}"
     echo
     provenance "$name"
+    if [[ -n "$c_gpu" ]]; then
+      echo "- **GPU (from the file):** $(awk -F',' -v c="$c_gpu" 'NR > 1 && !seen[$c]++ { printf "%s%s", (n++ ? ", " : ""), $c }' "$csv")"
+    fi
     echo "- **commit:** $(commit_of "$name")"
     echo "- **file:** [docs/results/${name}](repo/docs/results/${name})"
     echo
@@ -90,20 +96,26 @@ for csv in "${csvs[@]}"; do
   fi
 
   # One group of plots per problem family (B, H, d, causal) in the file.
-  awk -F',' -v b="$c_b" -v h="$c_h" -v d="$c_d" -v c="$c_causal" '
-    NR > 1 { key = (b ? "B=" $b " " : "") (h ? "H=" $h " " : "") (d ? "d=" $d " " : "") (c ? ($c == 1 || $c == "true" ? "causal" : "not causal") : "")
+  awk -F',' -v b="$c_b" -v h="$c_h" -v d="$c_d" -v c="$c_causal" -v sec="$c_section" '
+    NR > 1 { key = (sec ? $sec ": " : "") (b ? "B=" $b " " : "") (h ? "H=" $h " " : "") (d ? "d=" $d " " : "") (c ? ($c == 1 || $c == "true" ? "causal" : "not causal") : "")
              sub(/ $/, "", key); if (!(key in seen)) { seen[key] = 1; print key } }' "$csv" > "$tmp/groups"
 
   g=0
+  single_n=()
   while IFS= read -r group; do
     g=$((g + 1))
     # Rows of this group, as "step seq tflops time_ms peak_bytes" (missing = NaN).
-    awk -F',' -v b="$c_b" -v h="$c_h" -v d="$c_d" -v c="$c_causal" -v want="$group" \
+    awk -F',' -v b="$c_b" -v h="$c_h" -v d="$c_d" -v c="$c_causal" -v sec="$c_section" -v want="$group" \
         -v s="$c_step" -v n="$c_seq" -v t="$c_tflops" -v ms="$c_time" -v mem="$c_mem" '
-      NR > 1 { key = (b ? "B=" $b " " : "") (h ? "H=" $h " " : "") (d ? "d=" $d " " : "") (c ? ($c == 1 || $c == "true" ? "causal" : "not causal") : "")
+      NR > 1 { key = (sec ? $sec ": " : "") (b ? "B=" $b " " : "") (h ? "H=" $h " " : "") (d ? "d=" $d " " : "") (c ? ($c == 1 || $c == "true" ? "causal" : "not causal") : "")
                sub(/ $/, "", key)
                if (key == want) print $s, $n, (t ? $t : "NaN"), (ms ? $ms : "NaN"), (mem ? $mem : "NaN") }' \
       "$csv" | sort -k1,1 -k2,2n > "$tmp/rows"
+    # A family measured at one N only (e.g. a sweep over B·H) is in the table, not plotted.
+    if [[ $(cut -d' ' -f2 "$tmp/rows" | sort -u | wc -l) -lt 2 ]]; then
+      single_n+=("$group")
+      continue
+    fi
     steps=$(cut -d' ' -f1 "$tmp/rows" | awk '!seen[$0]++')
     for s in $steps; do awk -v s="$s" '$1 == s' "$tmp/rows" > "$tmp/$s.dat"; done
 
@@ -141,6 +153,9 @@ EOF
     fi
   done < "$tmp/groups"
 
+  if [[ ${#single_n[@]} -gt 0 ]]; then
+    printf 'Measured at a single N, so only in the table: %s.\n\n' "$(IFS=';'; echo "${single_n[*]}" | sed 's/;/; /g')" >> "$md"
+  fi
   echo "The measurements:" >> "$md"
   echo >> "$md"
   csv_table "$csv" >> "$md"
@@ -156,10 +171,12 @@ fa="$out/fa_numbers.md"
 : > "$tmp/fa.rows"
 for csv in "${csvs[@]}"; do
   awk -F',' -v file="$(basename "$csv")" '
-    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; n = c["seq"] ? c["seq"] : c["seq_q"]; next }
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; n = c["seq"] ? c["seq"] : c["seq_q"]
+              if (!c["step"]) c["step"] = c["kernel"]; if (!c["time_ms"]) c["time_ms"] = c["median_ms"]; next }
     c["step"] && n && c["time_ms"] && ($c["step"] ~ /^step0[56]_/) {
-      key = file " " (c["batch"] ? $c["batch"] : "?") " " (c["heads"] ? $c["heads"] : "?") " " $n " " \
+      key = file (c["section"] ? ":" $c["section"] : "") " " (c["batch"] ? $c["batch"] : "?") " " (c["heads"] ? $c["heads"] : "?") " " $n " " \
             (c["head_dim"] ? $c["head_dim"] : "?") " " (c["causal"] ? $c["causal"] : "?")
+      if ($c["step"] !~ /^step0[56]_(cuda_registers|fa2)$/) next   # the steps themselves, not their variants
       print key, substr($c["step"], 1, 6), $c["time_ms"], (c["tflops"] ? $c["tflops"] : "NaN") }' \
     "$csv" >> "$tmp/fa.rows"
 done
