@@ -2,19 +2,25 @@
 /// \brief step06_fa2: FlashAttention-2 forward on the GPU, fp32.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
 /// Step 6: FlashAttention-2 — query tiles outside, K/V tiles inside, one write of O and L.
 namespace step06 {
 
+/// The head dimensions this step is compiled for (one kernel instantiation each).
+inline const std::vector<int64_t> kHeadDims = {32, 64, 96, 128};
+
 /// Computes O and L with FlashAttention-2 (Dao 2023, Algorithm 1) on the GPU:
 /// one thread block per (query tile i, batch·head); the block keeps O_i, m_i,
 /// l_i in registers while it sweeps every K_j, V_j tile, and writes O_i and
 /// L_i = m_i + log l_i once. Causal tiles above the diagonal are skipped.
-/// Supports head_dim 32, 64, 96, 128. With `options.repeat` = R > 0 the kernel
-/// runs once more as a warm-up and then R times, and `result.kernel_ms` holds
-/// the R CUDA-event times. `result.extra` holds the kernel's resource report.
+/// With `options.repeat` = R > 0 the first launch is the warm-up and R more are
+/// timed with CUDA events (`result.kernel_ms`). `result.extra` holds the
+/// kernel's resource report (tiles, shared memory, registers, spill bytes).
 /// Throws InputError (unsupported d, B·H > 65535, not enough GPU memory) or
 /// NoGpuError.
 common::Result attention_forward(const common::Problem& problem, const common::Options& options = {});
