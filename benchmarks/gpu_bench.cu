@@ -1,8 +1,9 @@
 /// \file gpu_bench.cu
 /// \brief The GPU benchmark: every CUDA step beside a cuBLAS "standard attention", in one run.
 ///
-/// Two sections, one table, one CSV (`--csv PATH`):
+/// Sections, one table, one CSV (`--csv PATH`):
 ///  - `grid`: B = 4, H = 16, d in {64, 128}, N in {512 … 8192}, causal off and on;
+///  - `long` (with step06): cuBLAS and step06 alone at N = 16384, d in {64, 128};
 ///  - `sweep`: N = 4096, d = 128, B·H from 1 to 256 — FlashAttention-1 runs one
 ///    block per (batch, head), so it cannot fill a GPU with fewer heads than SMs.
 /// Each entry reports the median kernel time (CUDA events, after a warm-up),
@@ -231,6 +232,16 @@ int main(int argc, char** argv) {
         for (bool causal : {false, true}) run_problem("grid", all, common::Shape{4, 16, n, n, d}, causal, rows);
       }
     }
+#ifdef FLASH_HAVE_STEP06
+    // step06 (beside cuBLAS) goes on to N = 16384, where steps 4 and 5 take seconds a run.
+    if (!quick) {
+      for (int64_t d : {64, 128}) {
+        for (bool causal : {false, true}) {
+          run_problem("long", {all.front(), all.back()}, common::Shape{4, 16, 16384, 16384, d}, causal, rows);
+        }
+      }
+    }
+#endif
     const int64_t sweep_n = quick ? 1024 : 4096;
     for (int64_t bh : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
       run_problem("sweep", sweep_list, common::Shape{1, bh, sweep_n, sweep_n, 128}, false, rows);
