@@ -28,7 +28,8 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
     cmake -S . -B "$build" -G Ninja -DFLASH_ENABLE_CUDA=OFF
   fi
 fi
-if ! cmake --build "$build" --target help | grep -q '^docs:\|[[:space:]]docs\b\|^docs\b'; then
+targets=$(cmake --build "$build" --target help)
+if ! grep -qE '^docs(:|$| )' <<<"$targets"; then
   echo "check-site: $build has no docs target: Doxygen was not found (apt-get install doxygen graphviz)" >&2
   exit 1
 fi
