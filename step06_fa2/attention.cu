@@ -94,7 +94,7 @@ __device__ float4 fma4(float a, float4 b, float4 c) {
 
 __device__ float component(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-//! [cp.async]
+//! [async copy]
 /// Copies 16 bytes global → shared without a trip through registers, in the
 /// background; with `inside` false it writes 16 zero bytes and reads nothing.
 __device__ void cp_async_16(float* shared, const float* global, bool inside) {
@@ -123,7 +123,7 @@ __device__ void load_tile_async(float* tile, const float* matrix, int row0, int 
     cp_async_16(tile + r * ld + 4 * k4, matrix + size_t(inside ? row0 + r : 0) * d + 4 * k4, inside);
   }
 }
-//! [cp.async]
+//! [async copy]
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block.
 /// Grid: (T_r, B·H). Q, O: (B·H, N_q, d); K, V: (B·H, N_kv, d); L: (B·H, N_q).
