@@ -77,13 +77,16 @@ RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettin
     report.kernel_only = true;
   } else {
     std::vector<double> samples;
+    double spent_ms = 0;
     for (int r = 0; r < settings.repeat; ++r) {
+      if (settings.time_budget_s > 0 && spent_ms > 1e3 * settings.time_budget_s) break;
       const auto t0 = clock::now();
       step.forward(problem, options);
       samples.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+      spent_ms += samples.back();
     }
     report.time_ms = median(samples);
-    report.timed_runs = settings.repeat;
+    report.timed_runs = static_cast<int>(samples.size());
   }
   report.tflops = attention_flops(problem.shape, problem.causal) / (report.time_ms * 1e-3) / 1e12;
   return report;

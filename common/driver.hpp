@@ -27,6 +27,9 @@ struct RunSettings {
   int64_t sram_floats = 0;   ///< on-chip budget M (0 = the step's default)
   std::ostream* trace = nullptr;  ///< step-by-step trace output
   bool progress = false;     ///< progress bar on stderr
+  /// Stop repeating CPU runs once this many seconds were spent timing (0 = no
+  /// limit); at least one run is always timed.
+  double time_budget_s = 0;
 };
 
 /// What one run of a step produced and measured.
