@@ -6,13 +6,19 @@
 ///  1. Each thread owns a fixed slice of the tiles: kRowsPerThread rows of S_ij,
 ///     P̃_ij and O_i (B_c/8 columns of S, d/8 columns of O) and those rows' m_i
 ///     and l_i. The slices are arrays indexed only by compile-time constants
-///     (fully unrolled loops), so the compiler keeps them in registers.
+///     (fully unrolled loops), so the compiler keeps them in registers. Every
+///     value a thread loads from shared memory feeds kRowsPerThread (or B_c/8)
+///     rows' worth of FMAs, where step 4's one entry per thread fed one.
 ///  2. Only Q_i, K_j and V_j, which many threads read, stay in shared memory.
 ///     A row's max and sum, and the P̃_ij values a thread needs for P̃_ij V_j,
 ///     come from the 8 lanes that share the row, by warp shuffles.
 ///  3. The same kernel with the slice loops not unrolled (`kRegisters = false`)
 ///     indexes the slices at run time: they go to local memory, which is what a
 ///     register spill costs. Both are compiled; the benchmark runs both.
+///  4. With S_ij off shared memory, the wait for the next Q_i from global memory
+///     is the largest stall left: it is copied by cp.async while the current
+///     Q_i's softmax and P̃_ij V_j run (its O_i, l_i, m_i are loaded into
+///     registers at the top of the iteration and first used after S_ij).
 /// Still Algorithm 1: O, l and m are read from and written back to global
 /// memory on every (j, i); registers hold the working set within one (j, i).
 ///
@@ -44,10 +50,11 @@ constexpr int kPad = 4;                   // floats of padding per row (see Tile
 // belongs to the 8 lanes of one row_lane; they split its columns.
 constexpr int kRowLanes = 4;
 constexpr int kColLanes = 8;
-constexpr int kRowsPerThread = 2;  // rows of S_ij and O_i per thread
+constexpr int kRowsPerThread = 4;  // rows of S_ij and O_i per thread
 
-/// The tiles for head dimension d. B_r = 8 warps × 4 row lanes × 2 rows = 64;
-/// B_c = 64, so a thread holds 2 × 8 of S_ij and 2 × d/8 of O_i in registers.
+/// The tiles for head dimension d. B_r = 8 warps × 4 row lanes × 4 rows = 128;
+/// B_c = 64, so a thread holds 4 × 8 of S_ij and 4 × d/8 of O_i (and of
+/// P̃_ij V_j) in registers.
 template <int d>
 struct Tiles {
   static_assert(d % 32 == 0, "d must be a multiple of 32 (8 column lanes × one float4 per 32 columns)");
@@ -61,6 +68,36 @@ struct Tiles {
   /// Shared memory: Q_i (B_r, ld); K_j, V_j (B_c, ld).
   static constexpr size_t smem_bytes = (size_t(Br) + 2 * size_t(Bc)) * ld * sizeof(float);
 };
+
+//! [async copy]
+/// Copies 16 bytes global → shared without a trip through registers, in the
+/// background; with `inside` false it writes 16 zero bytes and reads nothing.
+__device__ void cp_async_16(float* shared, const float* global, bool inside) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(inside ? 16 : 0)
+               : "memory");
+}
+
+/// Closes the group of copies issued so far.
+__device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/// Waits until all of this thread's copies have landed.
+__device__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/// Starts copying Q_i (rows q0 … q0 + B_r − 1 of Q: (N_q, d)) into Qi: (B_r, ld);
+/// rows at or past N_q become zeros.
+template <int d>
+__device__ void load_Qi_async(float* Qi, const float* Q, int q0, int n_q) {
+  constexpr int d4 = d / 4, ld = Tiles<d>::ld;
+  for (int e = threadIdx.x; e < Tiles<d>::Br * d4; e += kThreads) {
+    const int r = e / d4, k4 = e % d4;
+    const bool inside = q0 + r < n_q;
+    // A zero-filling copy reads nothing, but its address must still be a valid one.
+    cp_async_16(Qi + r * ld + 4 * k4, Q + size_t(inside ? q0 + r : 0) * d + 4 * k4, inside);
+  }
+  cp_async_commit();
+}
+//! [async copy]
 //! [mapping]
 
 __device__ float row_max(float x) {  // over the 8 column lanes that share a row
@@ -115,9 +152,11 @@ __global__ void __launch_bounds__(kThreads)
   float4 Oi[TR][kOCols];  // O_i: (TR, d/8) in registers — rows row(t), columns 4·cg + 32·n .. +3
   float Sij[TR][kSCols];  // S_ij, then P̃_ij: (TR, B_c/8) in registers — columns cg + 8·n
   float mi[TR], li[TR];   // m_i, l_i of this thread's rows, in registers
-  // Row t of this thread's slice within the tile: warps take 8 rows each.
+  // Row t of this thread's slice within the tile: warps take 4 · TR rows each.
   const auto row = [&](int t) { return warp * kRowLanes * TR + t * kRowLanes + rl; };
   //! [registers]
+
+  load_Qi_async<d>(Qi, Q, 0, n_q);  // Q_0 is on its way while O, l, m are set
 
   // Line 2: O = 0, l = 0, m = −∞ in global memory.
   for (int e = tid; e < n_q * d4; e += kThreads) reinterpret_cast<float4*>(O)[e] = make_float4(0, 0, 0, 0);
@@ -141,13 +180,9 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int i = 0; i < Tr; ++i) {  // line 7: Q tiles, inner loop
       const int q0 = i * Br, rows = min(Br, n_q - q0);
-      // Line 8: load Q_i to SRAM (shared by all threads), and this thread's
-      // slice of O_i and its rows' l_i, m_i from HBM straight into registers.
-      for (int e = tid; e < Br * d4; e += kThreads) {
-        const int r = e / d4, k4 = e % d4;
-        reinterpret_cast<float4*>(Qi + r * ld)[k4] =
-            r < rows ? reinterpret_cast<const float4*>(Q + size_t(q0 + r) * d)[k4] : make_float4(0, 0, 0, 0);
-      }
+      // Line 8: Q_i is already on its way to SRAM (issued during the previous
+      // iteration); load this thread's slice of O_i and its rows' l_i, m_i from
+      // HBM straight into registers (first used after S_ij, so the loads overlap it).
 #pragma unroll kUnroll
       for (int t = 0; t < TR; ++t) {
         const bool valid = row(t) < rows;
@@ -159,7 +194,8 @@ __global__ void __launch_bounds__(kThreads)
           Oi[t][n] = valid ? reinterpret_cast<const float4*>(O + q * d)[cg + kColLanes * n] : make_float4(0, 0, 0, 0);
         }
       }
-      __syncthreads();  // K_j, V_j and Q_i complete before anyone reads them
+      cp_async_wait_all();  // this thread's copies of Q_i have landed ...
+      __syncthreads();      // ... and everyone's, and K_j, V_j, before anyone reads them
 
       // Line 9: S_ij = scale · Q_i K_jᵀ, this thread's TR × B_c/8 entries. Per
       // float4 step of d, TR + B_c/8 shared loads feed TR · B_c/8 · 4 FMAs.
@@ -184,6 +220,15 @@ __global__ void __launch_bounds__(kThreads)
             Sij[t][n] = fmaf(q[t].w, k.w, Sij[t][n]);
           }
         }
+      }
+
+      // Every warp is done with Q_i: start copying the next Q tile over it (the
+      // first one of the next K/V tile after the last i), to land during the rest.
+      __syncthreads();
+      if (i + 1 < Tr) {
+        load_Qi_async<d>(Qi, Q, q0 + Br, n_q);
+      } else if (j + 1 < Tc) {
+        load_Qi_async<d>(Qi, Q, 0, n_q);
       }
 
       // Lines 10–11 for each of this thread's rows; the 8 lanes of a row combine
@@ -262,8 +307,8 @@ __global__ void __launch_bounds__(kThreads)
           m[q] = mi[t];
         }
       }
-      // Faster threads would otherwise load the next Q_i (or K_j, V_j) over
-      // tiles that slower threads still read, or read l, m before they are written.
+      // Faster threads would otherwise load the next K_j, V_j over tiles that
+      // slower threads still read, or read l, m before lane cg = 0 wrote them.
       __syncthreads();
     }
   }
