@@ -4,8 +4,10 @@
 /// This step extends step 3 (the same kernel on a simulator of CUDA) by running
 /// it on an NVIDIA GPU:
 ///  1. The grid has one thread block per (batch, head), as in the paper's
-///     FlashAttention-1; a block of 256 threads walks the K/V tiles j (outer
-///     loop) and the Q tiles i (inner loop) of its head.
+///     FlashAttention-1; a block of 1024 threads walks the K/V tiles j (outer
+///     loop) and the Q tiles i (inner loop) of its head. B·H = 64 heads give
+///     at most one block to each of 64 SMs, so the block is as large as CUDA
+///     allows: 32 warps on the SM to hide shared-memory and barrier latency.
 ///  2. Q_i, K_j, V_j, S_ij and O_i, m_i, l_i live in the block's shared memory
 ///     (the paper's SRAM); O, l and m live in global memory (HBM) and are read
 ///     and written back on every (j, i), exactly as lines 8 and 12–13 say.
@@ -33,7 +35,7 @@ namespace step04 {
 
 namespace {
 
-constexpr int kThreads = 256;             // threads per block
+constexpr int kThreads = 1024;            // threads per block (so at most 64 registers each)
 constexpr int kWarps = kThreads / 32;     // warps per block
 constexpr int kWarpSize = 32;
 constexpr int kSramFloats = 16384;        // M: 64 KiB of shared memory for K_j, V_j, Q_i, O_i
@@ -72,7 +74,7 @@ __device__ float warp_sum(float x) {
 /// Algorithm 1 for one (batch, head) per block. Q, K, V, O, L as in the
 /// contract; l and m are (B, H, N_q) working arrays in global memory.
 template <int d>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)  // one block per SM: all 64 registers a thread may have
     attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all,
                      const float* __restrict__ V_all, float* __restrict__ O_all, float* __restrict__ l_all,
                      float* __restrict__ m_all, float* __restrict__ L_all, int n_q, int n_kv, float scale,
