@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "attention.hpp"
+#include "common/cuda/cp_async.cuh"
 #include "common/cuda/cuda_check.cuh"
 #include "common/cuda/device_buffer.cuh"
 #include "common/cuda/device_problem.cuh"
@@ -69,21 +70,11 @@ struct Tiles {
   static constexpr size_t smem_bytes = (size_t(Br) + 2 * size_t(Bc)) * ld * sizeof(float);
 };
 
+using common::cuda::cp_async_16;     // the cp.async helpers live in common/cuda/cp_async.cuh
+using common::cuda::cp_async_commit;
+using common::cuda::cp_async_wait;
+
 //! [async copy]
-/// Copies 16 bytes global → shared without a trip through registers, in the
-/// background; with `inside` false it writes 16 zero bytes and reads nothing.
-__device__ void cp_async_16(float* shared, const float* global, bool inside) {
-  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(inside ? 16 : 0)
-               : "memory");
-}
-
-/// Closes the group of copies issued so far.
-__device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-/// Waits until all of this thread's copies have landed.
-__device__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
 /// Starts copying Q_i (rows q0 … q0 + B_r − 1 of Q: (N_q, d)) into Qi: (B_r, ld);
 /// rows at or past N_q become zeros.
 template <int d>
@@ -194,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
           Oi[t][n] = valid ? reinterpret_cast<const float4*>(O + q * d)[cg + kColLanes * n] : make_float4(0, 0, 0, 0);
         }
       }
-      cp_async_wait_all();  // this thread's copies of Q_i have landed ...
+      cp_async_wait<0>();  // this thread's copies of Q_i have landed ...
       __syncthreads();      // ... and everyone's, and K_j, V_j, before anyone reads them
 
       // Line 9: S_ij = scale · Q_i K_jᵀ, this thread's TR × B_c/8 entries. Per

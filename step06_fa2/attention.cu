@@ -17,11 +17,10 @@
 /// rescales O by l each time, and it has only B·H blocks; FA2 removes that
 /// traffic and those divisions, fills the GPU at any B·H, and halves causal work.
 ///
-/// Three engineering changes make the new structure pay off, each said where it is:
+/// Two engineering changes make the new structure pay off, each said where it is:
 /// K_j, V_j arrive by cp.async, double-buffered (tile j+1 is in flight while tile
-/// j is used); a thread owns 4 rows instead of 2, so each value loaded from
-/// shared memory feeds more FMAs; and P̃_ij goes to the thread that needs it
-/// through shared memory (one float4 per 4 columns) instead of shuffles. Scores
+/// j is used; step 5 prefetches only Q_i); and P̃_ij goes to the thread that
+/// needs it through shared memory (one float4 per 4 columns) instead of shuffles. Scores
 /// and O use plain fp32 FFMA: TF32 tensor cores would not pass the fp32 tolerance.
 ///
 /// Run: build/bin/step06_fa2 --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "attention.hpp"
+#include "common/cuda/cp_async.cuh"
 #include "common/cuda/cuda_check.cuh"
 #include "common/cuda/device_buffer.cuh"
 #include "common/cuda/device_problem.cuh"
@@ -94,22 +94,11 @@ __device__ float4 fma4(float a, float4 b, float4 c) {
 
 __device__ float component(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-//! [async copy]
-/// Copies 16 bytes global → shared without a trip through registers, in the
-/// background; with `inside` false it writes 16 zero bytes and reads nothing.
-__device__ void cp_async_16(float* shared, const float* global, bool inside) {
-  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(inside ? 16 : 0)
-               : "memory");
-}
-/// Closes the group of copies issued so far.
-__device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/// Waits until at most `kPending` groups of this thread's copies are still in flight.
-template <int kPending>
-__device__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
+using common::cuda::cp_async_16;     // the cp.async helpers live in common/cuda/cp_async.cuh
+using common::cuda::cp_async_commit;
+using common::cuda::cp_async_wait;
 
+//! [async copy]
 /// Starts copying rows row0 … row0 + kRows − 1 of a (n_rows, d) matrix into a
 /// (kRows, ld) shared tile; rows at or past n_rows become zeros.
 template <int d, int kRows>
