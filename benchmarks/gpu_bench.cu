@@ -146,17 +146,14 @@ struct Row {
   double ms = 0, tflops = 0, speedup = 0, max_diff = 0;
 };
 
-/// Times `entry` adaptively: one timed launch first; short kernels are then
-/// timed again, enough times for about half a second, and the median is kept.
+/// Times `entry` adaptively: one timed launch first, then enough launches for
+/// about half a second (at least 3, at most 50), and the median is kept.
 Row measure(const Entry& entry, const common::Problem& problem, common::Result& out) {
   common::Options options;
   options.repeat = 1;
   out = entry.forward(problem, options);
-  std::vector<double> samples = out.kernel_ms;
-  if (samples.front() < 100.0) {
-    options.repeat = std::clamp(static_cast<int>(500.0 / samples.front()), 5, 50);
-    samples = entry.forward(problem, options).kernel_ms;
-  }
+  options.repeat = std::clamp(static_cast<int>(500.0 / out.kernel_ms.front()), 3, 50);
+  const std::vector<double> samples = entry.forward(problem, options).kernel_ms;
   Row row;
   row.kernel = entry.name;
   row.shape = problem.shape;
