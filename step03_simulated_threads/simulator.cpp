@@ -1,5 +1,5 @@
 /// \file step03_simulated_threads/simulator.cpp
-/// \brief The simulator's machinery: blocks of OS threads, the barrier, the shadow of shared memory.
+/// \brief The simulator's machinery: blocks of OS threads, barriers and warp shuffles, the shadow of shared memory.
 ///
 /// How the checks work:
 ///  - Every shared float has three shadow words. `written` holds (phase + 1,
@@ -12,17 +12,24 @@
 ///    shadow words are updated before they are checked, with sequentially
 ///    consistent atomics, so of two threads touching an element at once at least
 ///    one sees the other: no race slips through, whatever the timing.
-///  - Each thread notes where it arrives (the barrier's source line, or "left the
-///    kernel") before it arrives; the barrier's completion step, which runs once
-///    all have arrived, compares the notes. A thread that leaves calls
-///    `arrive_and_drop`, so the others never wait for it: divergence is reported,
-///    never a hang.
+///  - Barriers and shuffles are one piece of bookkeeping under one mutex per
+///    block. Each thread notes where it waits (a barrier's or a shuffle's source
+///    line) or that it left the kernel. A barrier completes once every thread
+///    still in the kernel waits at it, a shuffle once every lane of the warp
+///    still in the kernel does; the completion compares the notes, so threads
+///    at different lines, or a thread that left in the meantime, is divergence.
+///    When every thread still in the kernel waits and nothing can complete (some
+///    at a barrier, lanes of their warp at a shuffle), that is reported too:
+///    divergence is reported, never a hang.
+///  - A shuffle's values pass through per-warp slots under that mutex, not
+///    through shared memory: a shuffle is not a race, and not a barrier either.
 ///  - A finding stops the launch: the thread that made it ends, the others end
-///    at their next access or barrier, and `launch` throws the first finding.
+///    at their next access, barrier or shuffle, and `launch` throws the first
+///    finding.
 #include "simulator.hpp"
 
 #include <algorithm>
-#include <barrier>
+#include <array>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -76,50 +83,98 @@ namespace {
 /// A shadow word: (phase + 1) in the high 32 bits, so 0 means "never"; the
 /// thread in the low 32 bits.
 constexpr uint64_t kThreadMask = 0xffffffffu;
+/// The shadow word of an access by thread `tid` in barrier phase `phase`.
 uint64_t shadow(int64_t phase, int64_t tid) { return (uint64_t(phase + 1) << 32) | uint64_t(tid); }
+/// The barrier phase of shadow word `w` (-1: never accessed).
 int64_t shadow_phase(uint64_t w) { return int64_t(w >> 32) - 1; }
+/// The thread of shadow word `w`.
 int64_t shadow_thread(uint64_t w) { return int64_t(w & kThreadMask); }
 
+/// "attention.cpp:123": a barrier's or shuffle's file (without its directory) and line.
 std::string file_and_line(const std::source_location& site) {
   const char* file = site.file_name();
   if (const char* slash = std::strrchr(file, '/')) file = slash + 1;
   return std::string(file) + ":" + std::to_string(site.line());
 }
 
-/// Where a thread stands at a barrier: at a source line, or gone.
-struct Arrival {
-  int64_t phase = -1;  ///< the phase it arrived in
-  bool left = false;   ///< it left the kernel (arrive_and_drop)
-  std::source_location site{};
+/// What a thread is doing, as the barrier and shuffle bookkeeping sees it.
+enum class Where {
+  running,  ///< between barriers and shuffles
+  barrier,  ///< waiting at a block barrier (syncthreads)
+  shuffle,  ///< waiting at a warp shuffle (shfl_xor_sync)
+  left,     ///< left the kernel
 };
+
+/// Where a thread stands: running, waiting at a source line, or gone.
+struct Arrival {
+  Where where = Where::running;  ///< what it is doing
+  std::source_location site{};   ///< the barrier's or shuffle's source line, while it waits there
+  int64_t phase = 0;             ///< when it left: the block's barrier phase then
+  int64_t round = 0;             ///< when it left: its warp's shuffles completed then
+};
+
+/// How many times a thread waiting at a barrier or shuffle yields before it sleeps.
+constexpr int kYields = 8;
+
+/// Whether two barrier or shuffle sites are the same line of the same file.
+bool same_site(const std::source_location& a, const std::source_location& b) {
+  return a.line() == b.line() && std::strcmp(a.file_name(), b.file_name()) == 0;
+}
 
 /// A named shared view, for the overlap check.
 struct ViewRecord {
-  std::string name;
-  int64_t offset, count;
+  std::string name;  ///< as given to SharedArena::view
+  int64_t offset;    ///< first float in the arena
+  int64_t count;     ///< floats
 };
 
 }  // namespace
 
-/// One block being run: its shared memory with shadow, its barrier, its findings.
-struct BlockState {
-  /// The barrier's completion step: runs once per phase, after all arrived.
-  struct Completion {
-    BlockState* block;
-    void operator()() noexcept { block->complete_phase(); }
-  };
+/// One warp of a block: its lanes and the slots through which a shuffle exchanges values.
+struct WarpState {
+  int64_t first = 0;    ///< the block-linear id of lane 0
+  int64_t size = 0;     ///< lanes at launch (32, or fewer in a partial last warp)
+  int64_t lanes = 0;    ///< lanes still in the kernel
+  int64_t arrived = 0;  ///< lanes waiting at the current shuffle
+  int64_t round = 0;    ///< shuffles completed
+  std::array<float, warpSize> value{};   ///< each lane's value in the current shuffle
+  std::array<int, warpSize> source{};    ///< the lane each lane reads from in it
+  std::array<float, warpSize> result{};  ///< what each lane receives, once it completes
+  /// Bumped (and waited on, outside the mutex) when a shuffle completes or the launch stops.
+  std::atomic<int64_t> released{0};
+};
 
+/// One block being run: its shared memory with shadow, its barrier and warps, its findings.
+///
+/// Barriers and shuffles are one piece of bookkeeping under `sync_mutex`: a
+/// thread that arrives notes where it waits, then `settle` completes whatever
+/// can complete (a barrier once all threads still in the kernel wait at it, a
+/// shuffle once all lanes of the warp still in it do). If every thread still in
+/// the kernel then waits and none of them can be released — some at a barrier,
+/// others of a warp at a shuffle — that is divergence: reported, never a hang.
+struct BlockState {
+  /// The state of block `idx_` of `dim_`-sized blocks with `arena_floats` of shared memory.
   BlockState(dim3 idx_, dim3 dim_, int64_t arena_floats)
       : idx(idx_), dim(dim_), threads(dim_.count()), arena(static_cast<size_t>(arena_floats)),
         written(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
         read(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
         read2(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
-        arrivals(static_cast<size_t>(dim_.count())), barrier(dim_.count(), Completion{this}) {}
+        warp_count((threads + warpSize - 1) / warpSize), warps(new WarpState[static_cast<size_t>(warp_count)]),
+        arrivals(static_cast<size_t>(threads)), live(threads) {
+    for (int64_t w = 0; w < warp_count; ++w) {
+      warps[w].first = w * warpSize;
+      warps[w].size = warps[w].lanes = std::min<int64_t>(warpSize, threads - w * warpSize);
+    }
+  }
 
+  /// The (x, y, z) index of the thread with block-linear id `tid`.
   dim3 thread_of(int64_t tid) const {
     return dim3(unsigned(tid % dim.x), unsigned(tid / dim.x % dim.y), unsigned(tid / (int64_t{dim.x} * dim.y)));
   }
+  /// "(x,y,z)" of thread `tid`, as the reports print it.
   std::string thread_name(int64_t tid) const { return to_string(thread_of(tid)); }
+  /// The warp of thread `tid`.
+  WarpState& warp_of(int64_t tid) { return warps[tid / warpSize]; }
 
   /// "barrier phase 7 (after the barrier at attention.cpp:210)".
   static std::string phase_name(int64_t phase, const std::source_location& last) {
@@ -127,7 +182,9 @@ struct BlockState {
     return "barrier phase " + std::to_string(phase) + " (after the barrier at " + file_and_line(last) + ")";
   }
 
-  /// Records a finding (the first one is kept) and stops the launch.
+  /// Records a finding (the first one is kept) and stops the launch. Threads
+  /// waiting at a barrier or shuffle are woken by the next `settle`, which the
+  /// finding thread's exit (or the caller, inside `settle`) runs.
   void report(Finding f) {
     std::lock_guard lock(findings_mutex);
     if (first) {
@@ -158,85 +215,240 @@ struct BlockState {
     throw Abort{};
   }
 
-  void complete_phase() noexcept {
-    std::vector<int64_t> left;
-    std::vector<std::pair<std::source_location, std::vector<int64_t>>> sites;
-    for (int64_t t = 0; t < threads; ++t) {
-      const Arrival& a = arrivals[size_t(t)];
-      if (a.phase != phase) continue;  // left in an earlier phase
-      if (a.left) {
-        left.push_back(t);
-        continue;
-      }
-      auto same = std::find_if(sites.begin(), sites.end(), [&](const auto& s) {
-        return s.first.line() == a.site.line() && std::strcmp(s.first.file_name(), a.site.file_name()) == 0;
-      });
-      if (same == sites.end()) {
-        sites.push_back({a.site, {t}});
-      } else {
-        same->second.push_back(t);
-      }
-    }
-    const int64_t this_phase = phase++;
-    if (sites.empty()) return;  // every thread left the kernel: the launch is over
-    if (left.empty() && sites.size() == 1) {
-      ++barriers;
-      return;
-    }
-    if (cancelled.load()) return;  // a stopped launch: threads leave early, nothing new to say
+  /// Thread `tid` waits at the block barrier at `site` until all threads still
+  /// in the kernel have arrived. Throws Abort when the launch stops.
+  void wait_at_barrier(int64_t tid, const std::source_location& site) {
+    std::unique_lock lock(sync_mutex);
+    if (cancelled.load()) throw Abort{};
+    arrivals[size_t(tid)] = Arrival{Where::barrier, site, 0, 0};
+    ++at_barrier;
+    ++waiting;
+    const int64_t seen = barrier_released.load();
+    settle();
+    lock.unlock();
+    wait_for_change(barrier_released, seen);
+    if (cancelled.load()) throw Abort{};
+  }
 
-    const auto list = [&](const std::vector<int64_t>& ts) {
-      std::string s;
-      const size_t shown = std::min<size_t>(ts.size(), 4);
-      for (size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + thread_name(ts[i]);
-      if (ts.size() > shown) s += " and " + std::to_string(ts.size() - shown) + " more";
-      return s;
-    };
+  /// Thread `tid` offers `value` at the shuffle at `site` and receives lane
+  /// `source`'s, once all lanes of its warp still in the kernel have arrived.
+  float wait_at_shuffle(int64_t tid, float value, int source, const std::source_location& site) {
+    std::unique_lock lock(sync_mutex);
+    if (cancelled.load()) throw Abort{};
+    WarpState& w = warp_of(tid);
+    const size_t lane = size_t(tid - w.first);
+    arrivals[size_t(tid)] = Arrival{Where::shuffle, site, 0, 0};
+    w.value[lane] = value;
+    w.source[lane] = source;
+    ++w.arrived;
+    ++waiting;
+    const int64_t seen = w.released.load();
+    settle();
+    lock.unlock();
+    wait_for_change(w.released, seen);
+    if (cancelled.load()) throw Abort{};
+    // Read before this lane arrives at the next shuffle, which alone could complete it and overwrite the slot.
+    return w.result[lane];
+  }
+
+  /// Waits until `released` is no longer `seen`: the barrier or shuffle completed, or
+  /// the launch stopped. Waiting outside the mutex lets the woken threads run at once;
+  /// yielding a few times first lets the other lanes of a warp (often only
+  /// microseconds behind) arrive without a sleep and a wake-up in the kernel.
+  /// (kYields = 8 measured fastest of 0, 8, 32, 128 for 64 threads on 2 cores.)
+  static void wait_for_change(const std::atomic<int64_t>& released, int64_t seen) {
+    for (int spin = 0; spin < kYields && released.load() == seen; ++spin) std::this_thread::yield();
+    for (int64_t r = released.load(); r == seen; r = released.load()) released.wait(seen);
+  }
+
+  /// Releases a barrier or shuffle's waiting threads.
+  static void release(std::atomic<int64_t>& released) {
+    released.fetch_add(1);
+    released.notify_all();
+  }
+
+  /// Thread `tid` leaves the kernel: threads waiting for it are released, and
+  /// the barrier or shuffle they wait at reports it.
+  void leave(int64_t tid) {
+    std::lock_guard lock(sync_mutex);
+    WarpState& w = warp_of(tid);
+    arrivals[size_t(tid)] = Arrival{Where::left, {}, phase, w.round};
+    --live;
+    --w.lanes;
+    settle();
+  }
+
+  /// Completes what can complete after an arrival or a departure, and reports
+  /// a block where every thread waits and none can be released. Runs under
+  /// `sync_mutex`.
+  void settle() {
+    for (int64_t w = 0; w < warp_count && !cancelled.load(); ++w) {
+      if (warps[w].arrived > 0 && warps[w].arrived == warps[w].lanes) complete_shuffle(warps[w]);
+    }
+    if (!cancelled.load() && at_barrier > 0 && at_barrier == live) complete_barrier();
+    if (!cancelled.load() && live > 0 && waiting == live) report_deadlock();
+    if (cancelled.load()) {  // a stopped launch: every waiting thread wakes and ends
+      release(barrier_released);
+      for (int64_t w = 0; w < warp_count; ++w) release(warps[w].released);
+    }
+  }
+
+  /// Threads grouped by the source line they wait at, in order of first appearance.
+  using Groups = std::vector<std::pair<std::source_location, std::vector<int64_t>>>;
+
+  /// Adds thread `t`, waiting at `site`, to its group.
+  static void add_to_group(Groups& groups, const std::source_location& site, int64_t t) {
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return same_site(g.first, site); });
+    if (same == groups.end()) {
+      groups.push_back({site, {t}});
+    } else {
+      same->second.push_back(t);
+    }
+  }
+
+  /// "(0,0,0), (1,0,0), (2,0,0), (3,0,0) and 4 more".
+  std::string list(const std::vector<int64_t>& ts) const {
+    std::string s;
+    const size_t shown = std::min<size_t>(ts.size(), 4);
+    for (size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + thread_name(ts[i]);
+    if (ts.size() > shown) s += " and " + std::to_string(ts.size() - shown) + " more";
+    return s;
+  }
+
+  /// Reports barrier divergence: `title`, then who waits where and who left.
+  void report_divergence(const std::string& title, const Groups& at_barrier_sites, const Groups& at_shuffle_sites,
+                         const std::vector<int64_t>& left) {
     Finding f;
     f.check = Check::barrier_divergence;
-    f.phase = this_phase;
+    f.phase = phase;
     std::ostringstream m;
-    m << to_string(Check::barrier_divergence) << ": the threads of block " << to_string(idx)
-      << " did not all reach the same barrier\n";
-    for (const auto& [site, ts] : sites) {
+    m << to_string(Check::barrier_divergence) << ": " << title << "\n";
+    for (const auto& [site, ts] : at_barrier_sites) {
       m << "  threads " << list(ts) << " wait at the barrier at " << file_and_line(site) << "\n";
+      f.threads.push_back(thread_name(ts.front()));
+    }
+    for (const auto& [site, ts] : at_shuffle_sites) {
+      m << "  threads " << list(ts) << " wait at the shuffle at " << file_and_line(site) << "\n";
       f.threads.push_back(thread_name(ts.front()));
     }
     if (!left.empty()) {
       m << "  threads " << list(left) << " have left the kernel\n";
       f.threads.push_back(thread_name(left.front()));
     }
-    m << "  barrier phase " << this_phase << ": each of them had passed " << this_phase << " barrier(s)";
+    m << "  barrier phase " << phase << ": each of them had passed " << phase << " barrier(s)";
     f.message = m.str();
     report(std::move(f));
   }
 
-  dim3 idx, dim;
-  int64_t threads;
-  common::Workspace<std::atomic<float>> arena;  // the block's shared memory, counted as working memory
-  // The shadow (simulator bookkeeping): the last write, the first reader and a
-  // second, different reader of each float in the phase they happened in.
+  /// All threads still in the kernel wait at a barrier: release them, or
+  /// report that they wait at different ones or that some left in this phase.
+  void complete_barrier() {
+    Groups sites;
+    std::vector<int64_t> left;
+    for (int64_t t = 0; t < threads; ++t) {
+      Arrival& a = arrivals[size_t(t)];
+      if (a.where == Where::barrier) {
+        add_to_group(sites, a.site, t);
+        a.where = Where::running;
+      } else if (a.where == Where::left && a.phase == phase) {
+        left.push_back(t);
+      }
+    }
+    if (sites.size() == 1 && left.empty()) {
+      ++barriers;
+    } else {
+      report_divergence("the threads of block " + to_string(idx) + " did not all reach the same barrier", sites, {},
+                        left);
+    }
+    ++phase;
+    waiting -= at_barrier;
+    at_barrier = 0;
+    release(barrier_released);
+  }
+
+  /// All lanes of `w` still in the kernel wait at a shuffle: exchange the
+  /// values and release them, or report that they wait at different shuffles
+  /// or that a lane left since the warp's last shuffle.
+  void complete_shuffle(WarpState& w) {
+    Groups sites;
+    std::vector<int64_t> left;
+    for (int64_t t = w.first; t < w.first + w.size; ++t) {
+      Arrival& a = arrivals[size_t(t)];
+      if (a.where == Where::shuffle) {
+        add_to_group(sites, a.site, t);
+        a.where = Where::running;
+      } else if (a.where == Where::left && a.round == w.round) {
+        left.push_back(t);
+      }
+    }
+    if (sites.size() == 1 && left.empty()) {
+      for (int64_t lane = 0; lane < w.size; ++lane) w.result[size_t(lane)] = w.value[size_t(w.source[size_t(lane)])];
+      ++shuffles;
+    } else {
+      report_divergence("the threads of warp " + std::to_string(w.first / warpSize) + " of block " + to_string(idx) +
+                            " did not all reach the same shuffle",
+                        {}, sites, left);
+    }
+    ++w.round;
+    waiting -= w.arrived;
+    w.arrived = 0;
+    release(w.released);
+  }
+
+  /// Every thread still in the kernel waits, none can be released: some wait
+  /// at a barrier while lanes of their warps wait at a shuffle (or the reverse).
+  void report_deadlock() {
+    Groups barrier_sites, shuffle_sites;
+    for (int64_t t = 0; t < threads; ++t) {
+      const Arrival& a = arrivals[size_t(t)];
+      if (a.where == Where::barrier) add_to_group(barrier_sites, a.site, t);
+      if (a.where == Where::shuffle) add_to_group(shuffle_sites, a.site, t);
+    }
+    report_divergence("the threads of block " + to_string(idx) +
+                          " wait for each other at a barrier and at warp shuffles, which none of them can pass",
+                      barrier_sites, shuffle_sites, {});
+  }
+
+  dim3 idx;         ///< the block's index in the grid
+  dim3 dim;         ///< the block's extents
+  int64_t threads;  ///< threads in the block
+  /// The block's shared memory, counted as working memory.
+  common::Workspace<std::atomic<float>> arena;
+  /// The shadow (simulator bookkeeping) of each float of `arena`: its last write,
+  /// its first reader and a second, different reader in the phase they happened in.
   std::unique_ptr<std::atomic<uint64_t>[]> written, read, read2;
-  std::mutex views_mutex;
-  std::vector<ViewRecord> views;
-  std::vector<Arrival> arrivals;
-  int64_t phase = 0;     // touched only by the completion step
-  int64_t barriers = 0;  // likewise
-  std::atomic<bool> cancelled{false};
-  std::mutex findings_mutex;
-  std::optional<Finding> first;
-  int64_t more = 0;
-  std::exception_ptr error;
-  std::barrier<Completion> barrier;
+  std::mutex views_mutex;         ///< guards `views`
+  std::vector<ViewRecord> views;  ///< the named shared views carved so far
+
+  int64_t warp_count;                   ///< warps in the block (the last one may be partial)
+  std::unique_ptr<WarpState[]> warps;   ///< the warps
+  std::mutex sync_mutex;                ///< guards the members below, up to `shuffles`
+  /// Bumped (and waited on, outside the mutex) when a barrier completes or the launch stops.
+  std::atomic<int64_t> barrier_released{0};
+  std::vector<Arrival> arrivals;        ///< where each thread stands
+  int64_t live;                         ///< threads still in the kernel
+  int64_t waiting = 0;                  ///< threads waiting at a barrier or a shuffle
+  int64_t at_barrier = 0;               ///< threads waiting at the barrier
+  int64_t phase = 0;                    ///< barriers completed (the barrier phase)
+  int64_t barriers = 0;                 ///< barriers passed without divergence
+  int64_t shuffles = 0;                 ///< warp shuffles completed without divergence
+
+  std::atomic<bool> cancelled{false};   ///< a finding or an error stopped the launch
+  std::mutex findings_mutex;            ///< guards the members below
+  std::optional<Finding> first;         ///< the first finding
+  int64_t more = 0;                     ///< findings after the first
+  std::exception_ptr error;             ///< the first exception other than a finding
 };
 
 namespace {
 
+/// The calling thread's block; a simulator call outside a kernel is a logic error.
 BlockState& current_block() {
   if (this_thread == nullptr) throw std::logic_error("a simulator call outside a kernel");
   return *this_thread->block;
 }
 
+/// "[offset, offset + count)", as the reports print ranges of elements.
 std::string range(int64_t offset, int64_t count) {
   std::ostringstream s;
   s << "[" << offset << ", " << offset + count << ")";
@@ -358,12 +570,32 @@ Shared SharedArena::view(const char* name, int64_t offset, int64_t count) const 
 void syncthreads(std::source_location site) {
   detail::BlockState& b = detail::current_block();
   detail::ThreadContext& ctx = *detail::this_thread;
-  if (b.cancelled.load()) throw detail::Abort{};
-  b.arrivals[size_t(ctx.tid)] = detail::Arrival{ctx.phase, false, site};
-  b.barrier.arrive_and_wait();
-  if (b.cancelled.load()) throw detail::Abort{};
+  b.wait_at_barrier(ctx.tid, site);
   ++ctx.phase;
   ctx.last_barrier = site;
+}
+
+float shfl_xor_sync(unsigned mask, float value, int lane_mask, std::source_location site) {
+  detail::BlockState& b = detail::current_block();
+  const detail::ThreadContext& ctx = *detail::this_thread;
+  const detail::WarpState& w = b.warp_of(ctx.tid);
+  if (mask != 0xffffffffu) {
+    throw std::invalid_argument("shfl_xor_sync at " + detail::file_and_line(site) +
+                                ": the simulator models whole-warp shuffles only (mask 0xffffffff), not mask " +
+                                std::to_string(mask));
+  }
+  if (lane_mask < 0 || lane_mask >= warpSize) {
+    throw std::invalid_argument("shfl_xor_sync at " + detail::file_and_line(site) + ": lane mask " +
+                                std::to_string(lane_mask) + " is outside [0, 32)");
+  }
+  if (w.size != warpSize) {
+    throw std::invalid_argument("shfl_xor_sync at " + detail::file_and_line(site) + ": warp " +
+                                std::to_string(w.first / warpSize) + " of a block of " + std::to_string(b.threads) +
+                                " threads has " + std::to_string(w.size) +
+                                " lanes; the simulator shuffles whole warps only (a block of a multiple of 32 threads)");
+  }
+  const int lane = int(ctx.tid - w.first);
+  return b.wait_at_shuffle(ctx.tid, value, lane ^ lane_mask, site);
 }
 
 Global<const float> Device::global(const std::string& name, const std::vector<float>& data) {
@@ -412,9 +644,8 @@ Counters Device::run(dim3 grid, dim3 block, int64_t shared_bytes, const std::fun
         if (!state.error) state.error = std::current_exception();
         state.cancelled.store(true);
       }
-      // Leave the barrier, so that threads still waiting are released, not hung.
-      state.arrivals[size_t(tid)] = detail::Arrival{ctx.phase, true, {}};
-      state.barrier.arrive_and_drop();
+      // Leave, so that threads still waiting for this one are released, not hung.
+      state.leave(tid);
       detail::this_thread = nullptr;
       std::lock_guard lock(counters_mutex);
       counters.smem_read_bytes += ctx.smem_read * int64_t(sizeof(float));
@@ -432,6 +663,7 @@ Counters Device::run(dim3 grid, dim3 block, int64_t shared_bytes, const std::fun
     if (state.error) std::rethrow_exception(state.error);
     if (state.first) throw CheckFailed(*state.first, state.more);
     counters.barriers += state.barriers;
+    counters.shuffles += state.shuffles;
   }
   return counters;
 }

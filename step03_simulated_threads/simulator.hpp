@@ -5,23 +5,28 @@
 /// thread of every block: the threads of one block are real OS threads, the
 /// blocks run one after another. Inside the kernel the CUDA names work as on a
 /// GPU: `threadIdx`, `blockIdx`, `blockDim`, `gridDim` (thread_local here),
-/// `syncthreads()` (CUDA's `__syncthreads()`, a `std::barrier` here), dynamic
-/// shared memory (`dynamic_shared()`, carved into named views) and global
-/// memory (`Global` views of the problem's tensors).
+/// `syncthreads()` (CUDA's `__syncthreads()`), `shfl_xor_sync()` (CUDA's
+/// `__shfl_xor_sync()`: threads 32·w … 32·w + 31 of a block form warp w, and its
+/// 32 lanes exchange values), dynamic shared memory (`dynamic_shared()`, carved
+/// into named views) and global memory (`Global` views of the problem's tensors).
 ///
 /// Every access goes through a view, so the simulator can check it:
 ///  - shared-memory races: two threads touch one element between the same pair
-///    of barriers and at least one writes;
-///  - barrier divergence: threads of a block wait at different barriers, or one
-///    leaves the kernel while others wait (reported, never a hang);
+///    of barriers and at least one writes (a shuffle is not a barrier);
+///  - barrier divergence: threads of a block wait at different barriers, the
+///    lanes of a warp at different shuffles, some threads at a barrier while
+///    others wait in a shuffle, or one leaves the kernel while others wait
+///    (reported, never a hang);
 ///  - out-of-bounds shared or global accesses, and shared views that overlap;
 ///  - reads of shared memory that no thread has written since the launch.
 /// The first finding stops the launch: `launch` throws CheckFailed, whose
 /// message names the check, the buffer and index, the threads and the barrier
-/// phase. It also counts global bytes per tensor, shared bytes and barriers.
+/// phase. It also counts global bytes per tensor, shared bytes, barriers and
+/// shuffles.
 ///
-/// What it cannot model: warps and lock-step execution, memory coalescing and
-/// bank conflicts, caches, timing and occupancy.
+/// What it cannot model: lock-step execution and warp scheduling (a warp's lanes
+/// meet only at shuffles), memory coalescing and bank conflicts, caches, timing
+/// and occupancy.
 #pragma once
 
 #include <atomic>
@@ -63,7 +68,7 @@ inline thread_local dim3 gridDim;
 /// The simulator's checks.
 enum class Check {
   shared_race,          ///< two threads, same shared element, same barrier phase, one writes
-  barrier_divergence,   ///< threads at different barriers, or one left while others wait
+  barrier_divergence,   ///< threads at different barriers or shuffles, or one left while others wait
   out_of_bounds,        ///< an index outside a shared or global view
   overlapping_buffers,  ///< two named shared views share elements
   uninitialised_read,   ///< a shared element read before any thread wrote it
@@ -107,11 +112,15 @@ struct Counters {
   int64_t smem_read_bytes = 0;   ///< bytes loaded from shared memory
   int64_t smem_write_bytes = 0;  ///< bytes stored to shared memory
   int64_t barriers = 0;          ///< barriers passed, summed over blocks
+  int64_t shuffles = 0;          ///< warp shuffles (one per warp for all its 32 lanes), summed over warps
   /// Total global bytes read.
   int64_t global_read_bytes() const;
   /// Total global bytes written.
   int64_t global_write_bytes() const;
 };
+
+/// Threads per warp (CUDA's built-in `warpSize`).
+inline constexpr int warpSize = 32;
 
 namespace detail {
 struct BlockState;
@@ -169,6 +178,8 @@ class Shared {
   Ref operator[](int64_t i) const { return Ref(this, i); }
   /// The view's name.
   const char* name() const { return name_; }
+  /// Its first float in the arena (CUDA: the pointer's distance from `smem`).
+  int64_t offset() const { return offset_; }
   /// Its length in floats.
   int64_t size() const { return count_; }
 
@@ -198,6 +209,17 @@ SharedArena dynamic_shared();
 /// Waits until every thread of the block has reached this barrier (CUDA's
 /// `__syncthreads()`). Threads reaching different barriers is reported.
 void syncthreads(std::source_location site = std::source_location::current());
+
+/// CUDA's `__shfl_xor_sync(mask, value, lane_mask)`: waits until all 32 lanes of
+/// the calling thread's warp have called it, then returns the `value` of lane
+/// `lane ^ lane_mask`. Lanes at different shuffles, or a lane that leaves the
+/// kernel while the others wait, is barrier divergence. The simulator models
+/// whole-warp shuffles only: a `mask` other than 0xffffffff, a `lane_mask`
+/// outside [0, 32) or a warp of fewer than 32 threads (a block whose size is not
+/// a multiple of 32) is refused with std::invalid_argument out of
+/// Device::launch.
+float shfl_xor_sync(unsigned mask, float value, int lane_mask,
+                    std::source_location site = std::source_location::current());
 
 /// A checked view of global memory: `count` elements of a tensor from `base`.
 /// `T` is `const float` for inputs and `float` for outputs.
@@ -282,7 +304,8 @@ class Device {
   /// with `shared_bytes` of dynamic shared memory per block (CUDA:
   /// `kernel<<<grid, block, shared_bytes>>>(args...)`). Blocks run one after
   /// another; a block's threads run as OS threads. Throws CheckFailed on the
-  /// first finding, std::invalid_argument for a launch CUDA would refuse.
+  /// first finding, std::invalid_argument for a launch CUDA would refuse (or a
+  /// shuffle the simulator does not model), and whatever else the kernel threw.
   template <class Kernel, class... Args>
   Counters launch(dim3 grid, dim3 block, int64_t shared_bytes, Kernel kernel, Args... args) {
     return run(grid, block, shared_bytes, [&] { kernel(args...); });
