@@ -47,6 +47,26 @@ constexpr int kWarps = kThreads / 32;     // warps per block
 constexpr int kWarpSize = 32;
 constexpr int kPad = 4;                   // floats of padding per row (see Tiles::ld)
 
+//! [tiles]
+/// The tiles of Algorithm 1 for head dimension d, from the budget M (--sram-floats).
+Tiles make_tiles(int64_t sram_floats, const common::Shape& shape) {
+  // Line 1: B_c = ⌈M/4d⌉, B_r = min(B_c, d), exactly as in step 2 (so the counted
+  // traffic is step 2's closed form for any M). Step 4 fixes M and d at compile
+  // time and rounds B_c down to whole warps, so that the 32 lanes of a warp read
+  // 32 different rows of K_j; the loops need no such rounding (lanes past B_c
+  // hold −∞ and 0), and here d may be any d ≥ 1, not only a multiple of 32.
+  const common::Algorithm1Tiles t = common::algorithm1_tiles(sram_floats, shape);
+  Tiles T;
+  T.d = int(shape.head_dim);
+  T.Bc = int(t.Bc);
+  T.Br = int(t.Br);
+  // Row stride d + 4 floats, as in step 4 (where it spreads a warp's float4 rows
+  // over the memory banks; the simulator has no banks, but keeps the layout).
+  T.ld = T.d + kPad;
+  return T;
+}
+//! [tiles]
+
 float warp_max(float x) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x = fmaxf(x, shfl_xor_sync(0xffffffffu, x, offset));
   return x;
@@ -208,25 +228,6 @@ void attention_kernel(sim::Global<const float> Q_all, sim::Global<const float> K
 //! [kernel]
 
 }  // namespace
-
-//! [tiles]
-Tiles make_tiles(int64_t sram_floats, const common::Shape& shape) {
-  // Line 1: B_c = ⌈M/4d⌉, B_r = min(B_c, d), exactly as in step 2 (so the counted
-  // traffic is step 2's closed form for any M). Step 4 fixes M and d at compile
-  // time and rounds B_c down to whole warps, so that the 32 lanes of a warp read
-  // 32 different rows of K_j; the loops need no such rounding (lanes past B_c
-  // hold −∞ and 0), and here d may be any d ≥ 1, not only a multiple of 32.
-  const common::Algorithm1Tiles t = common::algorithm1_tiles(sram_floats, shape);
-  Tiles T;
-  T.d = int(shape.head_dim);
-  T.Bc = int(t.Bc);
-  T.Br = int(t.Br);
-  // Row stride d + 4 floats, as in step 4 (where it spreads a warp's float4 rows
-  // over the memory banks; the simulator has no banks, but keeps the layout).
-  T.ld = T.d + kPad;
-  return T;
-}
-//! [tiles]
 
 int threads_per_block() { return kThreads; }
 

@@ -36,10 +36,6 @@ using Kernel = void (*)(sim::Global<const float> Q_all, sim::Global<const float>
                         sim::Global<float> m_all, sim::Global<float> L_all, int n_q, int n_kv, float scale,
                         bool causal, Tiles T);
 
-/// The tiles for a budget of M floats: B_c = ⌈M/4d⌉, B_r = min(B_c, d), as in
-/// step 2 never longer than the sequence they tile, and rows padded to d + 4.
-Tiles make_tiles(int64_t sram_floats, const common::Shape& shape);
-
 /// The number of threads in a block (step 4: 1024; see attention.cpp).
 int threads_per_block();
 

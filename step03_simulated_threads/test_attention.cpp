@@ -61,8 +61,7 @@ TEST_CASE("step03: more rows than threads, and a head dimension that is not a mu
   // d = 160 and M = 2^17 give B_r = 160 rows: 3 per thread in line 8, 80 per warp in lines 10-11.
   const common::Problem p =
       common::make_random_problem(common::Shape{1, 1, 300, 50, 160}, true, 0.0f, common::testing::run_seed());
-  const step03::Tiles T = step03::make_tiles(int64_t{1} << 17, p.shape);
-  REQUIRE(T.Br > step03::threads_per_block());
+  REQUIRE(common::algorithm1_tiles(int64_t{1} << 17, p.shape).Br > step03::threads_per_block());
   common::testing::check_problem(step03::describe(), p, with_budget(int64_t{1} << 17));
 }
 
