@@ -67,11 +67,13 @@ Tiles make_tiles(int64_t sram_floats, const common::Shape& shape) {
 }
 //! [tiles]
 
+/// The largest `x` of the warp's 32 lanes, in every lane.
 float warp_max(float x) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x = fmaxf(x, shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 
+/// The sum of `x` over the warp's 32 lanes, in every lane.
 float warp_sum(float x) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x += shfl_xor_sync(0xffffffffu, x, offset);
   return x;

@@ -13,12 +13,14 @@
 
 namespace {
 
+/// Options with the on-chip budget M = `sram_floats`.
 common::Options with_budget(int64_t sram_floats) {
   common::Options o;
   o.sram_floats = sram_floats;
   return o;
 }
 
+/// A result's extra fields by name.
 std::map<std::string, double> extras(const common::Result& r) {
   return std::map<std::string, double>(r.extra.begin(), r.extra.end());
 }

@@ -266,7 +266,7 @@ TEST_CASE("step03 checker: a deleted barrier is a shared-memory race") {
   CHECK(e.finding().threads[0] != e.finding().threads[1]);
 }
 
-TEST_CASE("step03 checker: seed 000's `Bc + d` slip makes V_j overlap K_j") {
+TEST_CASE("step03 checker: seed 000's slip, `Bc + ld` for `Bc * ld`, makes V_j overlap K_j") {
   const CheckFailed e = run_expecting_a_finding(planted<Bug::overlapping_views>);
   check_report(e, Check::overlapping_buffers, "Vj");
   CHECK(std::string(e.what()).find("overlaps Kj [0, 96)") != std::string::npos);
