@@ -67,6 +67,7 @@ if want ncu; then
     echo "--- $(basename "$prog")" >>"$out/ncu.txt"
     ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
+      --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,smsp__inst_executed_op_ffma.sum \
       "$prog" --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 0 >>"$out/ncu.txt" 2>&1 ||
       fail "ncu on $(basename "$prog")" "$out/ncu.txt"
   done
