@@ -414,9 +414,15 @@ struct BlockState {
   int64_t threads;  ///< threads in the block
   /// The block's shared memory, counted as working memory.
   common::Workspace<std::atomic<float>> arena;
-  /// The shadow (simulator bookkeeping) of each float of `arena`: its last write,
-  /// its first reader and a second, different reader in the phase they happened in.
-  std::unique_ptr<std::atomic<uint64_t>[]> written, read, read2;
+  /// The shadow (simulator bookkeeping) of each float of `arena`: its last write
+  /// (writer and barrier phase), so that a read or write by another thread in the
+  /// same phase is a race.
+  std::unique_ptr<std::atomic<uint64_t>[]> written;
+  /// The first reader of each float of `arena` in the current phase.
+  std::unique_ptr<std::atomic<uint64_t>[]> read;
+  /// A second, different reader of each float in the same phase (so that a later
+  /// write by either reader is still seen as racing with the other).
+  std::unique_ptr<std::atomic<uint64_t>[]> read2;
   std::mutex views_mutex;         ///< guards `views`
   std::vector<ViewRecord> views;  ///< the named shared views carved so far
 
