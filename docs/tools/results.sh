@@ -125,7 +125,13 @@ for csv in "${csvs[@]}"; do
 
     plot_one() {  # plot_one KIND YCOL YEXPR YLABEL LOGY
       local kind=$1 ycol=$2 yexpr=$3 ylabel=$4 logy=$5 png="results_${stem}_${1}_${g}.png" cmd="" s
-      for s in $steps; do cmd+="'$tmp/$s.dat' using 2:($yexpr) with linespoints lw 2 pt 7 title '$s' noenhanced, "; done
+      for s in $steps; do
+        # A series with no value in this column (an SDPA backend that does not
+        # run fp32, say) stays in the table but not in the plot.
+        awk -v col="$ycol" '$col != "NaN" && $col != "" { found = 1 } END { exit !found }' "$tmp/$s.dat" || continue
+        cmd+="'$tmp/$s.dat' using 2:($yexpr) with linespoints lw 2 pt 7 title '$s' noenhanced, "
+      done
+      [[ -n $cmd ]] || return 0
       gnuplot <<EOF
 set terminal pngcairo size 900,540 font "sans,11"
 set output '$out/$png'
