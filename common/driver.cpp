@@ -2,21 +2,21 @@
 /// \brief Command line, run, check, time, report: shared by every step's program.
 #include "common/driver.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdint>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/fixtures.hpp"
 #include "common/npy.hpp"
+#include "common/output_file.hpp"
 #include "common/workspace.hpp"
 
 namespace common {
@@ -45,275 +45,279 @@ std::string format_bytes(double bytes) {
   return out.str();
 }
 
-RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettings& settings) {
-  validate(problem);
-  require_head_dim(problem.shape.head_dim, step.head_dims, step.name);
-  Options options;
-  options.sram_floats = settings.sram_floats > 0 ? settings.sram_floats : step.default_sram_floats;
-  options.trace = settings.trace;
-  options.progress = settings.progress;
-
-  RunReport report;
-  using clock = std::chrono::steady_clock;
-  WorkspaceCounter::reset_peak();
-  const auto start = clock::now();
-  report.result = step.forward(problem, options);
-  const double first_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
-  report.result.peak_bytes = std::max(report.result.peak_bytes,
-                                      WorkspaceCounter::peak() - WorkspaceCounter::live());
-
-  if (settings.check) report.verdict = check_result(problem, report.result);
-
-  // Validate, then time: the first run above was the warm-up.
-  options.trace = nullptr;
-  if (settings.repeat <= 0) {
-    report.time_ms = first_ms;
-    report.timed_runs = 1;
-  } else if (step.needs_gpu) {
-    options.repeat = settings.repeat;
-    const Result timed = step.forward(problem, options);
-    report.time_ms = median(timed.kernel_ms);
-    report.timed_runs = static_cast<int>(timed.kernel_ms.size());
-    report.kernel_only = true;
+std::string format_duration(double seconds) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(seconds < 600 ? 0 : 1);
+  if (seconds < 120) {
+    out << seconds << " s";
+  } else if (seconds < 7200) {
+    out << seconds / 60 << " min";
+  } else if (seconds < 3 * 86400) {
+    out << seconds / 3600 << " h";
   } else {
-    std::vector<double> samples;
-    double spent_ms = 0;
-    for (int r = 0; r < settings.repeat; ++r) {
-      if (settings.time_budget_s > 0 && spent_ms > 1e3 * settings.time_budget_s) break;
-      const auto t0 = clock::now();
-      step.forward(problem, options);
-      samples.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
-      spent_ms += samples.back();
-    }
-    report.time_ms = median(samples);
-    report.timed_runs = static_cast<int>(samples.size());
+    out << seconds / 86400 << " days";
   }
-  report.tflops = attention_flops(problem.shape, problem.causal) / (report.time_ms * 1e-3) / 1e12;
-  return report;
+  return out.str();
 }
 
 namespace {
 
-/// Exit code for bad options or inputs.
-constexpr int kExitUsage = 2;
+/// The fp64 reference and the three fp32 baselines of the check, in plain
+/// loops: together about a quarter of this rate in FLOP/s on one core
+/// (measured on the CI machine: 0.7 s at B·H = 4, N = 1024, d = 64).
+constexpr double kCheckFlopsPerSecond = 5e9;
 
-struct ProgramArgs {
-  Shape shape{1, 4, 512, 512, 64};
-  bool causal = false;
-  float scale = 0;  // 0 = default
-  uint64_t seed = 1;
-  int repeat = 1;
-  bool check = false;
-  bool json = false;
-  bool trace = false;
-  std::string load_dir;
-  std::string save_dir;
-  std::string fixture;
-  int64_t sram_floats = 0;
-  bool help = false;
-};
+/// Largest number of values --trace may print (it prints every tile).
+constexpr int64_t kMaxTraceValues = 16384;
 
-void print_help(const StepInfo& step) {
-  std::cout << step.name << " — " << step.title << "\n\n"
-            << "usage: " << step.name << " [options]\n\n"
-            << "problem (random inputs from --seed unless --load):\n"
-            << "  --batch B        batch size (default 1)\n"
-            << "  --heads H        heads (default 4)\n"
-            << "  --seq-q N        query length N_q (default 512)\n"
-            << "  --seq-kv N       key/value length N_kv (default 512)\n"
-            << "  --head-dim D     head dimension d (default 64";
-  if (!step.head_dims.empty()) {
-    std::cout << "; supported:";
-    for (int64_t d : step.head_dims) std::cout << ' ' << d;
-  }
-  std::cout << ")\n"
-            << "  --causal         causal mask, top-left aligned (query i sees keys j <= i)\n"
-            << "  --scale S        softmax scale (default 1/sqrt(d))\n"
-            << "  --seed S         seed of the random inputs (default 1)\n"
-            << "  --load DIR       read DIR/q.npy, DIR/k.npy, DIR/v.npy (float32, [B,H,N,d]);\n"
-            << "                   the shape options are then taken from the files\n"
-            << "  --fixture NAME   a named example instead of random inputs:\n"
-            << "                   hand_worked_n2_d1 (seed 000, O = -0.88), two_by_two_m9, seed002_n16_d8\n";
-  if (step.uses_sram_budget) {
-    std::cout << "  --sram-floats M  on-chip budget M in floats; B_c = ceil(M/4d), B_r = min(B_c, d)\n"
-              << "                   (default " << step.default_sram_floats << ")\n";
-  }
-  std::cout << "run and report:\n"
-            << "  --check          compare O and L with the fp64 reference (exit 1 on failure)\n"
-            << "  --repeat R       time R runs after a warm-up, report the median (default 1;\n"
-            << "                   0 = time the single run)\n"
-            << "  --json           print one JSON object instead of the table\n"
-            << "  --save DIR       write DIR/o.npy and DIR/lse.npy\n"
-            << "  --trace          print every step of the algorithm (tiny problems only)\n"
-            << "  --help           this text\n"
-            << "exit codes: 0 ok, 1 check failed, 2 bad option or input\n";
+int64_t count_nonfinite(const Result& r) {
+  int64_t n = 0;
+  for (float x : r.o) n += std::isfinite(x) ? 0 : 1;
+  for (float x : r.lse) n += std::isfinite(x) ? 0 : 1;
+  return n;
 }
 
-int64_t parse_int(const std::string& option, const std::string& text, int64_t lo, int64_t hi) {
-  size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+}  // namespace
+
+RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettings& settings) {
+  Options options;
+  options.sram_floats = settings.sram_floats;
+  options.trace = settings.trace;
+  options.progress = settings.progress;
+  options.precision = settings.precision;
+
+  RunReport report;
+  WorkspaceCounter::reset_peak();
+  const int64_t live_before = WorkspaceCounter::live();
+  const std::unique_ptr<Session> session = open_session(step, problem, options);
+  std::vector<double> samples;
+  if (settings.repeat <= 0) {
+    samples.push_back(session->timed_run_ms());  // the only run is the timed one
+  } else {
+    session->run();  // the checked run, and the warm-up of the timed ones
   }
-  if (used != text.size() || text.empty() || value < lo || value > hi) {
-    throw InputError(option + " needs an integer in [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "], got '" + text + "'");
+  report.result = session->result();
+  report.result.peak_bytes = std::max(report.result.peak_bytes, WorkspaceCounter::peak() - live_before);
+  report.nonfinite = count_nonfinite(report.result);
+
+  // Validate, then time.
+  if (settings.check) report.verdict = check_result(problem, report.result, settings.precision);
+  double spent_ms = 0;
+  for (int r = 0; r < settings.repeat; ++r) {
+    if (settings.time_budget_s > 0 && !samples.empty() && spent_ms > 1e3 * settings.time_budget_s) break;
+    samples.push_back(session->timed_run_ms());
+    spent_ms += samples.back();
   }
-  return value;
+  report.time_ms = median(samples);
+  report.timed_runs = static_cast<int>(samples.size());
+  report.kernel_only = session->kernel_only();
+  report.tflops = attention_flops(problem.shape, problem.causal) / (report.time_ms * 1e-3) / 1e12;
+  return report;
 }
 
-float parse_scale(const std::string& text) {
-  size_t used = 0;
-  float value = 0;
-  try {
-    value = std::stof(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || !std::isfinite(value) || value <= 0) {
-    throw InputError("--scale needs a finite number > 0, got '" + text + "'");
-  }
-  return value;
-}
-
-ProgramArgs parse_args(const StepInfo& step, int argc, char** argv) {
-  ProgramArgs a;
-  constexpr int64_t kMaxDim = int64_t{1} << 31;
-  for (int i = 1; i < argc; ++i) {
-    const std::string opt = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw InputError(opt + " needs a value (see --help)");
-      return argv[++i];
-    };
-    if (opt == "--help" || opt == "-h") a.help = true;
-    else if (opt == "--batch") a.shape.batch = parse_int(opt, value(), 1, kMaxDim);
-    else if (opt == "--heads") a.shape.heads = parse_int(opt, value(), 1, kMaxDim);
-    else if (opt == "--seq-q") a.shape.seq_q = parse_int(opt, value(), 1, kMaxDim);
-    else if (opt == "--seq-kv") a.shape.seq_kv = parse_int(opt, value(), 1, kMaxDim);
-    else if (opt == "--head-dim") a.shape.head_dim = parse_int(opt, value(), 1, kMaxDim);
-    else if (opt == "--causal") a.causal = true;
-    else if (opt == "--scale") a.scale = parse_scale(value());
-    else if (opt == "--seed") a.seed = static_cast<uint64_t>(parse_int(opt, value(), 0, INT64_MAX));
-    else if (opt == "--repeat") a.repeat = static_cast<int>(parse_int(opt, value(), 0, 100000));
-    else if (opt == "--check") a.check = true;
-    else if (opt == "--json") a.json = true;
-    else if (opt == "--trace") a.trace = true;
-    else if (opt == "--load") a.load_dir = value();
-    else if (opt == "--save") a.save_dir = value();
-    else if (opt == "--fixture") a.fixture = value();
-    else if (opt == "--sram-floats" && step.uses_sram_budget) {
-      a.sram_floats = parse_int(opt, value(), 1, int64_t{1} << 30);
-    } else if (opt == "--sram-floats") {
-      throw InputError("--sram-floats is not used by " + step.name +
-                       " (its tiles do not come from an on-chip budget)");
-    } else {
-      throw InputError("unknown option '" + opt + "' (see --help)");
-    }
-  }
-  validate(a.shape);  // before any tensor is allocated
-  if (a.trace && a.json) throw InputError("--trace and --json cannot be combined");
-  if (!a.fixture.empty() && !a.load_dir.empty()) throw InputError("--fixture and --load cannot be combined");
-  if (a.trace && !step.has_trace) throw InputError(step.name + " has no --trace");
-  return a;
-}
-
-// Reads q.npy, k.npy, v.npy from `dir`; each must be 4-D [B, H, N, d] and agree.
-Problem load_problem(const std::string& dir, bool causal, float scale) {
-  const NpyArray q = read_npy(dir + "/q.npy");
-  const NpyArray k = read_npy(dir + "/k.npy");
-  const NpyArray v = read_npy(dir + "/v.npy");
-  for (const auto& [array, name] : {std::pair{&q, "q.npy"}, std::pair{&k, "k.npy"}, std::pair{&v, "v.npy"}}) {
-    if (array->shape.size() != 4) {
-      throw InputError(dir + "/" + name + ": expected 4 dimensions [B, H, N, d], got " +
-                       std::to_string(array->shape.size()));
-    }
-  }
-  if (k.shape != v.shape) throw InputError(dir + ": k.npy and v.npy must have the same shape");
-  if (q.shape[0] != k.shape[0] || q.shape[1] != k.shape[1] || q.shape[3] != k.shape[3]) {
-    throw InputError(dir + ": q.npy and k.npy must agree in B, H and d");
-  }
-  Problem p;
-  p.shape = Shape{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]};
-  p.causal = causal;
-  p.scale = scale > 0 ? scale : default_scale(std::max<int64_t>(p.shape.head_dim, 1));
-  p.q = q.data;
-  p.k = k.data;
-  p.v = v.data;
-  validate(p);
-  return p;
-}
-
-// The named fixtures the program can run with --fixture.
+/// The named fixture `name` (for --fixture); throws InputError naming the known ones.
 Fixture find_fixture(const std::string& name) {
   for (const Fixture& f : {hand_worked_example(), two_by_two_m9(), seed002_n16_d8()}) {
     if (f.name == name) return f;
   }
-  throw InputError("unknown fixture '" + name +
-                   "' (known: hand_worked_n2_d1, two_by_two_m9, seed002_n16_d8)");
+  throw InputError("unknown fixture '" + name + "' (known: hand_worked_n2_d1, two_by_two_m9, seed002_n16_d8)");
 }
 
-void save_result(const std::string& dir, const Shape& s, const Result& r) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw InputError(dir + ": cannot create directory (" + ec.message() + ")");
-  write_npy(dir + "/o.npy", {s.batch, s.heads, s.seq_q, s.head_dim}, r.o);
-  write_npy(dir + "/lse.npy", {s.batch, s.heads, s.seq_q}, r.lse);
+namespace {
+
+// Reads q.npy, k.npy, v.npy from `dir`; each must be 4-D [B, H, N, d] and agree (shape_of).
+Problem load_problem(const std::string& dir, bool causal, std::optional<float> scale) {
+  const NpyArray q = read_npy(dir + "/q.npy");
+  const NpyArray k = read_npy(dir + "/k.npy");
+  const NpyArray v = read_npy(dir + "/v.npy");
+  Problem p;
+  p.shape = shape_of(q.shape, k.shape, v.shape, {dir + "/q.npy", dir + "/k.npy", dir + "/v.npy"});
+  p.causal = causal;
+  p.scale = scale ? *scale : default_scale(p.shape.head_dim);
+  require_finite(q.data, p.shape, p.shape.seq_q, dir + "/q.npy");
+  require_finite(k.data, p.shape, p.shape.seq_kv, dir + "/k.npy");
+  require_finite(v.data, p.shape, p.shape.seq_kv, dir + "/v.npy");
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  return p;
 }
 
-std::string json_number(double x) {
-  if (!std::isfinite(x)) return "null";
-  std::ostringstream out;
-  out << std::setprecision(9) << x;
-  return out.str();
-}
+}  // namespace
 
-void print_json(const StepInfo& step, const Problem& p, const RunReport& rep) {
-  const Shape& s = p.shape;
-  std::ostringstream j;
-  j << "{\"step\": \"" << step.name << "\", \"batch\": " << s.batch << ", \"heads\": " << s.heads
-    << ", \"seq_q\": " << s.seq_q << ", \"seq_kv\": " << s.seq_kv << ", \"head_dim\": " << s.head_dim
-    << ", \"causal\": " << (p.causal ? "true" : "false") << ", \"scale\": " << json_number(p.scale)
-    << ", \"time_ms\": " << json_number(rep.time_ms) << ", \"timed_runs\": " << rep.timed_runs
-    << ", \"kernel_only\": " << (rep.kernel_only ? "true" : "false")
-    << ", \"tflops\": " << json_number(rep.tflops);
-  if (rep.verdict) {
-    j << ", \"max_err_o\": " << json_number(rep.verdict->errors.max_err_o)
-      << ", \"max_err_lse\": " << json_number(rep.verdict->errors.max_err_lse)
-      << ", \"tol_o\": " << json_number(rep.verdict->tolerance.o)
-      << ", \"tol_lse\": " << json_number(rep.verdict->tolerance.lse)
-      << ", \"passed\": " << (rep.verdict->passed ? "true" : "false");
+Problem make_problem(const cli::ProblemSpec& spec, const StepInfo& step, int64_t* sram_floats) {
+  Problem problem;
+  if (!spec.fixture.empty()) {
+    const Fixture f = find_fixture(spec.fixture);
+    problem = f.problem;
+    problem.causal = spec.causal;
+    if (spec.scale) problem.scale = *spec.scale;
+    if (sram_floats && *sram_floats == 0 && step.uses_sram_budget) *sram_floats = f.sram_floats;
+  } else if (!spec.load_dir.empty()) {
+    problem = load_problem(spec.load_dir, spec.causal, spec.scale);
   } else {
-    j << ", \"max_err_o\": null, \"max_err_lse\": null, \"passed\": null";
+    validate(spec.shape);  // before any tensor is allocated
+    problem = make_random_problem(spec.shape, spec.causal, spec.scale, spec.seed);
   }
-  j << ", \"peak_bytes\": " << rep.result.peak_bytes;
-  if (rep.result.traffic) {
-    j << ", \"hbm_read_bytes\": " << rep.result.traffic->hbm_read_bytes
-      << ", \"hbm_write_bytes\": " << rep.result.traffic->hbm_write_bytes;
-  }
-  for (const auto& [name, value] : rep.result.extra) j << ", \"" << name << "\": " << json_number(value);
-  j << "}\n";
-  std::cout << j.str();
+  validate(problem);
+  return problem;
 }
 
-void print_table(const StepInfo& step, const Problem& p, const RunReport& rep) {
+void require_host_memory(const StepInfo& step, const Shape& s, bool check) {
+  const double f = sizeof(float);
+  double bytes = f * double(2 * s.q_elements() + 2 * s.kv_elements() + s.lse_elements());
+  if (step.name == "step01_naive") bytes += f * double(s.seq_q) * double(s.seq_kv);  // S, the whole matrix
+  if (check) bytes += (8 + f) * double(s.q_elements() + s.lse_elements());  // fp64 reference + fp32 baseline
+  double limit = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  struct rlimit as {};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min(limit, double(as.rlim_cur));
+  if (limit > 0 && bytes > limit) {
+    throw InputError("this problem needs about " + format_bytes(bytes) + " of host memory and " + format_bytes(limit) +
+                     " is available; use smaller sizes");
+  }
+}
+
+double estimated_seconds(const StepInfo& step, const Shape& s, bool causal, const RunSettings& settings) {
+  const double flops = attention_flops(s, causal);
+  // Every score also costs an exp, a max and a sum, worth about 16 FLOPs at
+  // d = 1: without that term a run with a small d would be estimated far too short.
+  const double work = flops * double(s.head_dim + 16) / double(s.head_dim);
+  double seconds = 0;
+  if (step.cpu_flops_per_s > 0) {
+    const double run = work / step.cpu_flops_per_s;
+    double timed = run * std::max(settings.repeat, 0);  // the runs after the checked one
+    if (settings.time_budget_s > 0 && settings.repeat > 0) timed = std::min(timed, settings.time_budget_s + run);
+    seconds += run + timed;
+  }
+  if (settings.check) seconds += 4 * work / kCheckFlopsPerSecond;  // reference + three baselines
+  return seconds;
+}
+
+int guarded_main(const std::string& name, const std::function<int()>& body) {
+  constexpr int kExitUsage = 2;
+  try {
+    return body();
+  } catch (const InputError& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+  } catch (const NoGpuError& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+  } catch (const OutputError& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+  } catch (const std::bad_alloc&) {
+    std::cerr << name << ": error: out of host memory for this problem; use smaller sizes\n";
+  } catch (const std::exception& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+    return 3;
+  } catch (...) {
+    std::cerr << name << ": error: unknown failure\n";
+    return 3;
+  }
+  return kExitUsage;
+}
+
+namespace {
+
+/// The --save directory: created if missing (and removed again if the save
+/// fails), checked before the run so that a long run does not end in a refusal.
+class SaveDir {
+ public:
+  explicit SaveDir(std::string dir) : dir_(std::move(dir)) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(dir_, ec))) {
+      fs::create_directories(dir_, ec);
+      if (ec) throw OutputError(dir_ + ": cannot create directory (" + ec.message() + ")");
+      created_ = true;
+    } else if (!fs::is_directory(dir_, ec)) {
+      throw OutputError(dir_ + ": exists and is not a directory");
+    }
+    check_writable(o_path());
+    check_writable(lse_path());
+  }
+  std::string o_path() const { return dir_ + "/o.npy"; }
+  std::string lse_path() const { return dir_ + "/lse.npy"; }
+
+  /// Writes o.npy and lse.npy: both complete, or neither.
+  void save(const Shape& s, const Result& r) {
+    try {
+      OutputFile o(o_path()), lse(lse_path());
+      write_npy(o, {s.batch, s.heads, s.seq_q, s.head_dim}, r.o);
+      write_npy(lse, {s.batch, s.heads, s.seq_q}, r.lse);
+      o.finish();
+      lse.finish();
+      o.commit();
+      lse.commit();
+    } catch (...) {
+      discard();
+      throw;
+    }
+  }
+  /// Removes the directory if this program created it and it is still empty.
+  void discard() {
+    std::error_code ec;
+    if (created_ && std::filesystem::is_empty(dir_, ec)) std::filesystem::remove(dir_, ec);
+  }
+
+ private:
+  std::string dir_;
+  bool created_ = false;
+};
+
+void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision) {
+  const Shape& s = p.shape;
+  nlohmann::ordered_json j;
+  j["step"] = step.name;
+  j["batch"] = s.batch;
+  j["heads"] = s.heads;
+  j["seq_q"] = s.seq_q;
+  j["seq_kv"] = s.seq_kv;
+  j["head_dim"] = s.head_dim;
+  j["causal"] = p.causal;
+  j["scale"] = p.scale;
+  j["dtype"] = name(precision);
+  j["time_ms"] = rep.time_ms;
+  j["timed_runs"] = rep.timed_runs;
+  j["kernel_only"] = rep.kernel_only;
+  j["tflops"] = rep.tflops;
+  j["nonfinite_outputs"] = rep.nonfinite;
+  if (rep.verdict) {
+    j["max_err_o"] = rep.verdict->errors.max_err_o;
+    j["max_err_lse"] = rep.verdict->errors.max_err_lse;
+    j["tol_o"] = rep.verdict->tolerance.o;
+    j["tol_lse"] = rep.verdict->tolerance.lse;
+    j["passed"] = rep.verdict->passed;
+    if (!rep.verdict->passed) j["failure"] = rep.verdict->failure;
+  } else {
+    j["max_err_o"] = nullptr;
+    j["max_err_lse"] = nullptr;
+    j["passed"] = nullptr;
+  }
+  j["peak_bytes"] = rep.result.peak_bytes;
+  if (rep.result.traffic) {
+    j["hbm_read_bytes"] = rep.result.traffic->hbm_read_bytes;
+    j["hbm_write_bytes"] = rep.result.traffic->hbm_write_bytes;
+  }
+  for (const auto& [name, value] : rep.result.extra) j[name] = value;  // NaN and ±inf become null
+  std::cout << j.dump() << "\n";
+}
+
+void print_table(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision) {
   const auto row = [](const std::string& name) -> std::ostream& {
     return std::cout << "  " << std::left << std::setw(26) << name << ' ';
   };
   std::cout << step.name << " — " << step.title << "\n";
-  row("problem") << describe(p.shape) << (p.causal ? " causal" : "") << " scale=" << p.scale << "\n";
+  row("problem") << describe(p.shape) << (p.causal ? " causal" : "") << " scale=" << p.scale << " "
+                 << name(precision) << "\n";
   std::ostringstream how;
-  how << (rep.kernel_only ? "kernel only, CUDA events" : "wall clock") << ", median of "
-      << rep.timed_runs << (rep.timed_runs == 1 ? " run" : " runs");
+  how << (rep.kernel_only ? "kernel only, CUDA events" : "wall clock") << ", median of " << rep.timed_runs
+      << (rep.timed_runs == 1 ? " run" : " runs");
   row("time") << std::fixed << std::setprecision(3) << rep.time_ms << " ms (" << how.str() << ")\n";
   row("TFLOP/s") << std::setprecision(4) << rep.tflops << "\n" << std::defaultfloat;
   row("peak working memory") << format_bytes(double(rep.result.peak_bytes)) << " (beyond inputs and outputs)\n";
   if (rep.result.traffic) {
-    row("HBM traffic") << "read " << format_bytes(double(rep.result.traffic->hbm_read_bytes))
-                       << ", written " << format_bytes(double(rep.result.traffic->hbm_write_bytes))
-                       << " (" << rep.result.traffic->hbm_read_bytes + rep.result.traffic->hbm_write_bytes
-                       << " bytes)\n";
+    row("HBM traffic") << "read " << format_bytes(double(rep.result.traffic->hbm_read_bytes)) << ", written "
+                       << format_bytes(double(rep.result.traffic->hbm_write_bytes)) << " ("
+                       << rep.result.traffic->hbm_read_bytes + rep.result.traffic->hbm_write_bytes << " bytes)\n";
   }
   for (const auto& [name, value] : rep.result.extra) row(name) << std::setprecision(10) << value << "\n";
   if (rep.verdict) {
@@ -322,66 +326,118 @@ void print_table(const StepInfo& step, const Problem& p, const RunReport& rep) {
     row("max |O - O_ref|") << v.errors.max_err_o << "  (tolerance " << v.tolerance.o << ")\n";
     row("max |L - L_ref|") << v.errors.max_err_lse << "  (tolerance " << v.tolerance.lse << ")\n";
     std::cout << std::defaultfloat;
-    row("check") << (v.passed ? "PASS" : "FAIL")
-                 << " (tolerance = 2 x fp32 standard attention's error + 1e-6)\n";
+    if (v.passed) {
+      row("check") << "PASS (tolerance = 2 x " << name(precision) << " standard attention's error + 1e-6)\n";
+    } else {
+      row("check") << "FAIL: " << v.failure << "\n";
+    }
   }
+}
+
+/// The program's whole command line, parsed and checked once.
+struct ProgramArgs {
+  RunConfig config;
+  bool trace = false;
+  std::optional<Precision> dtype;  ///< --dtype, when given
+};
+
+/// Defines the step program's options; returns false when --help was printed.
+bool parse_program_args(const StepInfo& step, int argc, char** argv, ProgramArgs& args) {
+  CLI::App app(step.name + " — " + step.title, step.name);
+  app.footer(
+      "Random inputs from --seed unless --load or --fixture.\n"
+      "Exit codes: 0 ok, 1 check failed, 2 bad option or input, failed write or no GPU, 3 internal error.");
+  RunConfig& c = args.config;
+  cli::add_problem_options(app, c.problem);
+  if (step.uses_sram_budget) {
+    app.add_option_function<std::string>(
+           "--sram-floats",
+           [&c](const std::string& text) {
+             c.settings.sram_floats = cli::parse_int("--sram-floats", text, 1, int64_t{1} << 30);
+           },
+           "on-chip budget M in floats; B_c = ceil(M/4d), B_r = min(B_c, d) (default " +
+               std::to_string(step.default_sram_floats) + ")")
+        ->type_name("M");
+  }
+  app.add_option_function<std::string>(
+         "--dtype", [&args](const std::string& text) { args.dtype = parse_precision(text); },
+         "the precision to compute in: fp32, bf16 or fp16 (default " + std::string(name(step.precisions.front())) +
+             "; this step: " + names(step.precisions) + ")")
+      ->type_name("TYPE");
+  app.add_flag("--check", c.settings.check, "compare O and L with the fp64 reference (exit 1 on failure)");
+  cli::add_repeat_option(app, c.settings.repeat, 0,
+                         "time R runs after the checked one and report the median (default 1; 0 = time the one run)");
+  app.add_flag("--json", c.json, "print one JSON object instead of the table");
+  app.add_option_function<std::string>(
+         "--save",
+         [&c](const std::string& text) { c.save_dir = cli::parse_nonempty("--save", text, "a directory name"); },
+         "write DIR/o.npy and DIR/lse.npy (each complete, or not at all)")
+      ->type_name("DIR");
+  CLI::Option* trace = app.add_flag("--trace", args.trace, "print every step of the algorithm (tiny problems only)");
+  trace->excludes(app.get_option("--json"));
+  if (!cli::parse(app, argc, argv)) return false;
+  if (args.trace && !step.has_trace) throw InputError(step.name + " has no --trace");
+  c.settings.precision = args.dtype.value_or(step.precisions.front());
+  require_precision(step, c.settings.precision);
+  c.settings.progress = !c.json && isatty(STDERR_FILENO);
+  return true;
 }
 
 }  // namespace
 
 int run_program(const StepInfo& step, int argc, char** argv) {
-  try {
-    const ProgramArgs args = parse_args(step, argc, argv);
-    if (args.help) {
-      print_help(step);
+  return guarded_main(step.name, [&]() -> int {
+    ProgramArgs args;
+    if (!parse_program_args(step, argc, argv, args)) {
+      flush_stdout();
       return 0;
     }
-    Problem problem;
-    int64_t sram_floats = args.sram_floats;
-    if (!args.fixture.empty()) {
-      const Fixture f = find_fixture(args.fixture);
-      problem = f.problem;
-      problem.causal = args.causal;
-      if (args.scale > 0) problem.scale = args.scale;
-      if (sram_floats == 0 && step.uses_sram_budget) sram_floats = f.sram_floats;
-    } else if (!args.load_dir.empty()) {
-      problem = load_problem(args.load_dir, args.causal, args.scale);
-    } else {
-      problem = make_random_problem(args.shape, args.causal, args.scale, args.seed);
+    RunConfig& config = args.config;
+    const Shape& spec = config.problem.shape;
+    if (config.problem.load_dir.empty() && config.problem.fixture.empty()) {
+      validate(spec);
+      require_head_dim(spec.head_dim, step.head_dims, step.name);
+      require_host_memory(step, spec, config.settings.check);
     }
-    validate(problem);
-    require_head_dim(problem.shape.head_dim, step.head_dims, step.name);
-    const Shape& s = problem.shape;
-    if (args.trace && s.batch_heads() * s.seq_q * s.seq_kv > 4096) {
-      throw InputError("--trace prints every tile: use a tiny problem (B*H*N_q*N_kv <= 4096)");
+    std::optional<SaveDir> save;
+    if (!config.save_dir.empty()) save.emplace(config.save_dir);  // refuse now, not after the run
+    try {
+      const Problem problem = make_problem(config.problem, step, &config.settings.sram_floats);
+      const Shape& s = problem.shape;
+      require_head_dim(s.head_dim, step.head_dims, step.name);
+      if (args.trace) {
+        const int64_t values = s.batch_heads() * s.seq_q * s.seq_kv * s.head_dim;
+        if (values > kMaxTraceValues) {
+          throw InputError("--trace prints every tile: use a tiny problem (B*H*N_q*N_kv*d <= " +
+                           std::to_string(kMaxTraceValues) + ", here " + std::to_string(values) + ")");
+        }
+        config.settings.trace = &std::cout;
+      }
+      const double eta = estimated_seconds(step, s, problem.causal, config.settings);
+      if (eta > 10) {
+        std::cerr << step.name << ": this run will take about " << format_duration(eta)
+                  << (config.settings.progress ? "; progress below" : "") << " (Ctrl-C stops it)\n";
+      }
+      const RunReport report = run_step(step, problem, config.settings);
+      if (report.nonfinite > 0) {
+        std::cerr << step.name << ": " << (config.settings.check ? "error" : "warning") << ": " << report.nonfinite
+                  << " of " << report.result.o.size() + report.result.lse.size()
+                  << " outputs are not finite: these inputs overflow float32 inside the step "
+                     "(scores scale*q.k or sums of V beyond 3.4e38)\n";
+      }
+      if (save) save->save(s, report.result);
+      if (config.json) {
+        print_json(step, problem, report, config.settings.precision);
+      } else {
+        print_table(step, problem, report, config.settings.precision);
+      }
+      flush_stdout();
+      return report.verdict && !report.verdict->passed ? 1 : 0;
+    } catch (...) {
+      if (save) save->discard();
+      throw;
     }
-    RunSettings settings;
-    settings.check = args.check;
-    settings.repeat = args.repeat;
-    settings.sram_floats = sram_floats;
-    settings.trace = args.trace ? &std::cout : nullptr;
-    settings.progress = !args.json && isatty(STDERR_FILENO);
-    const RunReport report = run_step(step, problem, settings);
-    if (!args.save_dir.empty()) save_result(args.save_dir, s, report.result);
-    if (args.json) {
-      print_json(step, problem, report);
-    } else {
-      print_table(step, problem, report);
-    }
-    return report.verdict && !report.verdict->passed ? 1 : 0;
-  } catch (const InputError& e) {
-    std::cerr << step.name << ": error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const NoGpuError& e) {
-    std::cerr << step.name << ": error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::bad_alloc&) {
-    std::cerr << step.name << ": error: out of host memory for this problem; use smaller sizes\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << step.name << ": error: " << e.what() << "\n";
-    return 3;
-  }
+  });
 }
 
 }  // namespace common

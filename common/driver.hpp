@@ -1,15 +1,18 @@
 /// \file driver.hpp
 /// \brief The one program driver behind every step's `main.cpp`, the tour and the benchmarks.
 ///
-/// Order of work (llm.c's runner order): build the problem, run once, check
-/// against the fp64 reference, only then warm up and time.
+/// Order of work (llm.c's runner order): build the problem, open a session (a
+/// GPU step uploads once), run once, check against the fp64 reference, only
+/// then time more runs. The result is downloaded once, after the checked run.
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/problem.hpp"
 #include "common/reference.hpp"
 #include "common/step.hpp"
@@ -20,31 +23,59 @@ namespace common {
 /// causal (only the lower triangle is needed).
 double attention_flops(const Shape& shape, bool causal);
 
-/// What to do besides running once.
+/// How to run a step: shared by the programs, the tour and the benchmarks.
 struct RunSettings {
   bool check = false;        ///< compare with the fp64 reference
-  int repeat = 1;            ///< timed runs after the warm-up (0 = time the first run only)
+  int repeat = 1;            ///< timed runs after the checked one (0 = time the only run)
   int64_t sram_floats = 0;   ///< on-chip budget M (0 = the step's default)
   std::ostream* trace = nullptr;  ///< step-by-step trace output
   bool progress = false;     ///< progress bar on stderr
+  Precision precision = Precision::fp32;  ///< the precision to compute in (--dtype)
   /// Stop repeating CPU runs once this many seconds were spent timing (0 = no
   /// limit); at least one run is always timed.
   double time_budget_s = 0;
 };
 
+/// One resolved configuration of a step's program: the command line, parsed
+/// and checked once.
+struct RunConfig {
+  cli::ProblemSpec problem;  ///< what to run on
+  RunSettings settings;      ///< how to run it
+  bool json = false;         ///< one JSON object on stdout instead of the table
+  std::string save_dir;      ///< write O and L here (empty: do not save)
+};
+
 /// What one run of a step produced and measured.
 struct RunReport {
-  Result result;                 ///< O, L and the step's counters (from the first run)
+  Result result;                 ///< O, L and the step's counters (from the checked run)
   double time_ms = 0;            ///< median time of the timed runs
   int timed_runs = 0;            ///< how many runs the median is over
   bool kernel_only = false;      ///< time is kernel-only (CUDA events), not wall clock
   double tflops = 0;             ///< attention_flops / time
+  int64_t nonfinite = 0;         ///< outputs (O and L) that are NaN or infinite
   std::optional<Verdict> verdict;  ///< set when checked
 };
 
-/// Runs `step` on `problem`: once (the result; its working memory measured), then
-/// the check, then `repeat` timed runs. Throws InputError / NoGpuError.
+/// Runs `step` on `problem`: opens a session, runs once (the result, its
+/// working memory measured), checks, then times `repeat` more runs. Throws
+/// InputError / NoGpuError.
 RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettings& settings);
+
+/// The problem `spec` describes: random inputs, a named fixture or .npy files.
+/// For a fixture, `sram_floats` (when 0) becomes the budget its source used.
+Problem make_problem(const cli::ProblemSpec& spec, const StepInfo& step, int64_t* sram_floats = nullptr);
+
+/// Host bytes a run needs (inputs, outputs, the step's own working memory it
+/// is known for, and the fp64 reference when checked). Throws InputError when
+/// that is more than this machine's memory, before anything is allocated.
+void require_host_memory(const StepInfo& step, const Shape& shape, bool check);
+
+/// Seconds `step` is expected to take on `problem` with `settings` on this
+/// machine's CPU (the runs and the check), or 0 when it does not estimate.
+double estimated_seconds(const StepInfo& step, const Shape& shape, bool causal, const RunSettings& settings);
+
+/// "12 s", "3.5 min", "2.1 h".
+std::string format_duration(double seconds);
 
 /// The median of `samples` (which must not be empty).
 double median(std::vector<double> samples);
@@ -52,8 +83,14 @@ double median(std::vector<double> samples);
 /// Human-readable bytes: "512 B", "1.5 KiB", "3.0 MiB", "2.0 GiB".
 std::string format_bytes(double bytes);
 
+/// Runs a program's body, turning every exception into one line on stderr
+/// (`name: error: …`) and an exit code: 2 for bad options, inputs, a missing GPU
+/// or a failed write; 3 for anything else. Nothing escapes as a crash.
+int guarded_main(const std::string& name, const std::function<int()>& body);
+
 /// Parses the command line, runs the step and prints a table or one JSON object.
-/// Exit codes: 0 ok, 1 check failed, 2 bad option or input (one line on stderr).
+/// Exit codes: 0 ok, 1 check failed, 2 bad option or input, failed write, or
+/// no GPU (one line on stderr), 3 an internal error.
 int run_program(const StepInfo& step, int argc, char** argv);
 
 }  // namespace common

@@ -30,12 +30,13 @@ void fill(std::vector<float>& t, int64_t n, float amplitude, uint64_t& state) {
 
 }  // namespace
 
-Problem make_random_problem(const Shape& shape, bool causal, float scale, uint64_t seed,
+Problem make_random_problem(const Shape& shape, bool causal, std::optional<float> scale, uint64_t seed,
                             float qk_amplitude) {
+  validate(shape);
   Problem p;
   p.shape = shape;
   p.causal = causal;
-  p.scale = scale > 0 ? scale : default_scale(shape.head_dim);
+  p.scale = scale ? *scale : default_scale(shape.head_dim);
   uint64_t state = seed;
   fill(p.q, shape.q_elements(), qk_amplitude, state);
   fill(p.k, shape.kv_elements(), qk_amplitude, state);
@@ -47,7 +48,7 @@ float amplitude_for_score_magnitude(double magnitude, int64_t head_dim, float sc
   // s = scale * sum_k q_k k_k with q, k uniform in [-a, a]: the sum has standard
   // deviation a^2 sqrt(d) / 3, so a = sqrt(3 |s| / (scale sqrt(d))).
   const double d = static_cast<double>(head_dim);
-  return static_cast<float>(std::sqrt(3.0 * magnitude / (scale * std::sqrt(d))));
+  return static_cast<float>(std::sqrt(3.0 * magnitude / (std::abs(scale) * std::sqrt(d))));
 }
 
 namespace {
@@ -97,7 +98,7 @@ Fixture seed002_n16_d8() {
   Fixture f;
   f.name = "seed002_n16_d8";
   f.source = "seed 002: N=16, d=8, B_r=4";
-  f.problem = make_random_problem(Shape{1, 1, 16, 16, 8}, false, 0.0f, 456);
+  f.problem = make_random_problem(Shape{1, 1, 16, 16, 8}, false, std::nullopt, 456);
   f.sram_floats = 128;  // B_c = ceil(128 / 32) = 4, B_r = min(4, 8) = 4
   return f;
 }
@@ -111,7 +112,7 @@ std::vector<Shape> seed004_shapes() {
 std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_dims,
                                                int64_t max_seq) {
   std::vector<ConformanceCase> all;
-  auto add = [&](std::string name, Shape s, bool causal, float scale = 0.0f,
+  auto add = [&](std::string name, Shape s, bool causal, std::optional<float> scale = std::nullopt,
                  double magnitude = 0.0) {
     all.push_back(ConformanceCase{std::move(name), s, causal, scale, magnitude});
   };
@@ -136,11 +137,16 @@ std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_
   add("B=2 H=3", Shape{2, 3, 100, 100, 32}, false);
   add("B=3 H=2 causal", Shape{3, 2, 31, 31, 96}, true);
   // Large scores |s| ~ 1e3: a kernel without the running max overflows exp.
-  add("|s|~1e3", Shape{1, 2, 100, 100, 64}, false, 0.0f, 1e3);
-  add("|s|~1e3 causal d=128", Shape{1, 2, 257, 257, 128}, true, 0.0f, 1e3);
+  add("|s|~1e3", Shape{1, 2, 100, 100, 64}, false, std::nullopt, 1e3);
+  add("|s|~1e3 causal d=128", Shape{1, 2, 257, 257, 128}, true, std::nullopt, 1e3);
   // A non-default scale.
   add("scale=0.5", Shape{1, 2, 100, 257, 64}, false, 0.5f);
   add("scale=0.03 causal", Shape{1, 2, 257, 100, 32}, true, 0.03f);
+  // Any finite scale is valid, as in PyTorch's SDPA: a negative one favours
+  // the keys least like the query; zero makes every visible key equally likely.
+  add("scale=-0.7", Shape{1, 2, 100, 33, 64}, false, -0.7f);
+  add("scale=-0.2 causal", Shape{2, 1, 33, 100, 128}, true, -0.2f);
+  add("scale=0", Shape{1, 1, 17, 31, 32}, false, 0.0f);
 
   std::vector<ConformanceCase> kept;
   for (const ConformanceCase& c : all) {
@@ -153,7 +159,7 @@ std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_
 }
 
 Problem make_problem(const ConformanceCase& c, uint64_t seed) {
-  const float scale = c.scale > 0 ? c.scale : default_scale(c.shape.head_dim);
+  const float scale = c.scale ? *c.scale : default_scale(c.shape.head_dim);
   const float amplitude = c.score_magnitude > 0
                               ? amplitude_for_score_magnitude(c.score_magnitude, c.shape.head_dim, scale)
                               : 1.0f;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,9 @@ namespace common {
 /// Fills Q, K and V with values uniform in [-qk_amplitude, qk_amplitude) for Q and
 /// K and [-1, 1) for V, from a small counter-based generator (SplitMix64), so the
 /// same seed gives the same tensors on every machine and in every step.
-/// `scale` <= 0 means the default 1/sqrt(d).
-Problem make_random_problem(const Shape& shape, bool causal, float scale, uint64_t seed,
+/// No `scale` means the default 1/sqrt(d). Validates `shape` first, so that a
+/// shape too large for the contract is refused before anything is allocated.
+Problem make_random_problem(const Shape& shape, bool causal, std::optional<float> scale, uint64_t seed,
                             float qk_amplitude = 1.0f);
 
 /// The Q/K amplitude that makes scaled scores reach about `magnitude` in size
@@ -50,7 +52,7 @@ struct ConformanceCase {
   std::string name;          ///< readable name, used in test reports
   Shape shape;               ///< sizes
   bool causal = false;       ///< mask
-  float scale = 0.0f;        ///< 0 = default 1/sqrt(d)
+  std::optional<float> scale;  ///< empty = default 1/sqrt(d); any finite value, negative and 0 too
   double score_magnitude = 0;///< > 0: Q/K amplitude chosen so |s| reaches this
 };
 

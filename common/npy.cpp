@@ -2,13 +2,17 @@
 /// \brief A small, strict `.npy` reader and writer.
 #include "common/npy.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "common/output_file.hpp"
 #include "common/problem.hpp"
 
 namespace common {
@@ -72,6 +76,13 @@ std::vector<int64_t> parse_shape(const std::string& text, const std::string& pat
 }  // namespace
 
 NpyArray read_npy(const std::string& path) {
+  // Only a regular file: a FIFO would block the program, a directory or a
+  // device is not an array. Its size bounds what the header may claim.
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open file (") + std::strerror(errno) + ")");
+  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
+  const int64_t file_bytes = int64_t(st.st_size);
+
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open file");
   char magic[6] = {};
@@ -80,18 +91,23 @@ NpyArray read_npy(const std::string& path) {
   unsigned char version[2] = {};
   in.read(reinterpret_cast<char*>(version), 2);
   uint32_t header_len = 0;
+  int64_t preamble = 0;
   if (version[0] == 1) {
     unsigned char len[2] = {};
     in.read(reinterpret_cast<char*>(len), 2);
     header_len = len[0] | (len[1] << 8);
+    preamble = 10;
   } else if (version[0] == 2 || version[0] == 3) {
     unsigned char len[4] = {};
     in.read(reinterpret_cast<char*>(len), 4);
     header_len = len[0] | (len[1] << 8) | (len[2] << 16) | (uint32_t(len[3]) << 24);
+    preamble = 12;
   } else {
     fail(path, "unsupported .npy format version " + std::to_string(version[0]));
   }
-  if (!in || header_len > (1u << 20)) fail(path, "truncated or oversized header");
+  if (!in || header_len > (1u << 20) || preamble + int64_t(header_len) > file_bytes) {
+    fail(path, "truncated or oversized header");
+  }
   std::string header(header_len, '\0');
   in.read(header.data(), header_len);
   if (!in) fail(path, "truncated header");
@@ -107,8 +123,15 @@ NpyArray read_npy(const std::string& path) {
   array.shape = parse_shape(dict_value(header, "shape", path), path);
   int64_t count = 1;
   for (int64_t dim : array.shape) {
-    if (dim != 0 && count > kMaxTensorElements / dim) fail(path, "array too large");
+    if (dim != 0 && count > kMaxTensorElements / dim) fail(path, "array too large (more than 2^31-1 elements)");
     count *= dim;
+  }
+  // Compare with the file's size before allocating: a 128-byte file must not
+  // make the program allocate what its header claims.
+  const int64_t data_bytes = file_bytes - preamble - int64_t(header_len);
+  if (data_bytes != count * int64_t{sizeof(float)}) {
+    fail(path, "its shape needs " + std::to_string(count * int64_t{sizeof(float)}) + " bytes of data, the file holds " +
+                   std::to_string(data_bytes));
   }
   array.data.resize(static_cast<size_t>(count));
   in.read(reinterpret_cast<char*>(array.data.data()), count * int64_t{sizeof(float)});
@@ -118,36 +141,36 @@ NpyArray read_npy(const std::string& path) {
   return array;
 }
 
-void write_npy(const std::string& path, const std::vector<int64_t>& shape,
-               const std::vector<float>& data) {
-  int64_t count = 1;
+std::string npy_header(const std::vector<int64_t>& shape) {
   std::string dims;
-  for (int64_t dim : shape) {
-    count *= dim;
-    dims += std::to_string(dim) + ",";
-  }
-  if (shape.size() > 1) dims.pop_back();  // "(3,)" for 1-D, "(2, 3)" style otherwise
-  if (count != static_cast<int64_t>(data.size())) {
-    fail(path, "shape does not match the number of elements");
-  }
+  for (int64_t dim : shape) dims += std::to_string(dim) + ",";
+  if (shape.size() > 1) dims.pop_back();  // "(3,)" for 1-D, "(2,3)" otherwise
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Pad with spaces so magic + version + length + header + '\n' is a multiple of 64.
   const size_t preamble = 6 + 2 + 2;
   header.append((64 - (preamble + header.size() + 1) % 64) % 64, ' ');
   header.push_back('\n');
+  std::string out(kMagic, 6);
+  out += std::string("\x01\x00", 2);
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  return out + header;
+}
 
-  std::ofstream out(path, std::ios::binary);
-  if (!out) fail(path, "cannot open file for writing");
-  out.write(kMagic, 6);
-  const char version[2] = {1, 0};
-  out.write(version, 2);
-  const unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff),
-                                static_cast<unsigned char>(header.size() >> 8)};
-  out.write(reinterpret_cast<const char*>(len), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data.data()),
-            static_cast<std::streamsize>(data.size() * sizeof(float)));
-  if (!out) fail(path, "write failed");
+void write_npy(OutputFile& file, const std::vector<int64_t>& shape, const std::vector<float>& data) {
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;
+  if (count != static_cast<int64_t>(data.size())) {
+    throw OutputError(file.path() + ": shape does not match the number of elements");
+  }
+  file.write(npy_header(shape));
+  file.write(data.data(), data.size() * sizeof(float));
+}
+
+void write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<float>& data) {
+  OutputFile file(path);
+  write_npy(file, shape, data);
+  file.commit();
 }
 
 }  // namespace common

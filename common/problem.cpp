@@ -55,6 +55,59 @@ void validate(const Shape& s) {
   checked_mul(checked_mul(bh, s.seq_kv, "K"), s.head_dim, "K");
 }
 
+std::string element_index(const Shape& s, int64_t seq, int64_t element) {
+  const int64_t c = element % s.head_dim, row = element / s.head_dim;
+  const int64_t n = row % seq, bh = row / seq;
+  std::ostringstream out;
+  out << "[b=" << bh / s.heads << ", h=" << bh % s.heads << ", n=" << n << ", c=" << c << "]";
+  return out.str();
+}
+
+std::string non_finite_message(float value, int64_t element, const Shape& s, int64_t seq, const std::string& tensor) {
+  std::ostringstream out;
+  out << tensor << " holds " << value << " at " << element_index(s, seq, element) << "; inputs must be finite numbers";
+  return out.str();
+}
+
+void require_finite(const std::vector<float>& data, const Shape& s, int64_t seq, const std::string& tensor) {
+  for (size_t e = 0; e < data.size(); ++e) {
+    if (!std::isfinite(data[e])) throw InputError(non_finite_message(data[e], int64_t(e), s, seq, tensor));
+  }
+}
+
+namespace {
+
+// "[2, 4, 100, 64]"
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
+}  // namespace
+
+Shape shape_of(const std::vector<int64_t>& q, const std::vector<int64_t>& k, const std::vector<int64_t>& v,
+               const std::vector<std::string>& names) {
+  const std::vector<int64_t>* dims[] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i]->size() != 4) {
+      throw InputError(names[i] + ": expected 4 dimensions [B, H, N, d], got " + std::to_string(dims[i]->size()) +
+                       " " + dims_text(*dims[i]));
+    }
+  }
+  if (k != v) {
+    throw InputError(names[1] + " and " + names[2] + " must have the same shape (got " + dims_text(k) + " and " +
+                     dims_text(v) + ")");
+  }
+  if (q[0] != k[0] || q[1] != k[1] || q[3] != k[3]) {
+    throw InputError(names[0] + " and " + names[1] + " must agree in B, H and d (got " + dims_text(q) + " and " +
+                     dims_text(k) + ")");
+  }
+  const Shape shape{q[0], q[1], q[2], k[2], q[3]};
+  validate(shape);
+  return shape;
+}
+
 void validate(const Problem& p) {
   const Shape& s = p.shape;
   validate(s);
@@ -62,6 +115,9 @@ void validate(const Problem& p) {
   require_size(p.q, s.q_elements(), "Q");
   require_size(p.k, s.kv_elements(), "K");
   require_size(p.v, s.kv_elements(), "V");
+  require_finite(p.q, s, s.seq_q, "Q");
+  require_finite(p.k, s, s.seq_kv, "K");
+  require_finite(p.v, s, s.seq_kv, "V");
 }
 
 void require_head_dim(int64_t head_dim, const std::vector<int64_t>& supported,

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/precision.hpp"
+
 namespace common {
 
 /// Sizes of one attention problem. Q is (B, H, N_q, d); K and V are (B, H, N_kv, d).
@@ -56,6 +58,12 @@ struct NoGpuError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Thrown when an output (a `.npy` file, a CSV file, standard output) cannot be
+/// written completely: the message is one line naming the file and the reason.
+struct OutputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// The largest number of elements any one tensor may have (2^31 - 1), so that
 /// every step, CPU or GPU, can index a tensor with 32-bit offsets per (b, h)
 /// and 64-bit offsets overall without overflow.
@@ -65,8 +73,31 @@ inline constexpr int64_t kMaxTensorElements = (int64_t{1} << 31) - 1;
 /// InputError with a one-line message. Call it before allocating tensors.
 void validate(const Shape& shape);
 
-/// validate(shape), then tensors of the right length and a finite scale.
+/// The Shape of Q, K and V given as dimension lists (as `.npy` files and
+/// Python arrays carry them), then validate(shape). Each must be 4-D [B, H, N, d],
+/// K and V the same shape, Q and K equal in B, H and d. `names` are the tensors'
+/// names in the one-line InputError (e.g. "dir/q.npy", or "q" from Python).
+Shape shape_of(const std::vector<int64_t>& q, const std::vector<int64_t>& k, const std::vector<int64_t>& v,
+               const std::vector<std::string>& names = {"q", "k", "v"});
+
+/// validate(shape), then tensors of the right length, a finite scale and finite
+/// inputs. Q, K and V must hold finite numbers: a NaN or an infinity in an input
+/// is refused with an InputError that names the tensor and the element's
+/// (b, h, n, c) index, because attention's answer for it is NaN or undefined
+/// and no tolerance rule can judge it.
 void validate(const Problem& problem);
+
+/// "[b=0, h=3, n=17, c=5]": where element `element` of a (B, H, `seq`, d) tensor is.
+std::string element_index(const Shape& shape, int64_t seq, int64_t element);
+
+/// Throws InputError naming `tensor` and the element's (b, h, n, c) index if
+/// `data` (shaped (B, H, `seq`, d) as in `shape`) holds a NaN or an infinity.
+void require_finite(const std::vector<float>& data, const Shape& shape, int64_t seq, const std::string& tensor);
+
+/// The message of require_finite for `value` at flat index `element` of a
+/// (B, H, `seq`, d) tensor, e.g. "Q holds nan at [b=0, h=1, n=2, c=3]; inputs
+/// must be finite numbers" (also used where the data lives on a GPU).
+std::string non_finite_message(float value, int64_t element, const Shape& shape, int64_t seq, const std::string& tensor);
 
 /// Throws InputError unless `head_dim` is one of `supported` (empty = any d >= 1).
 void require_head_dim(int64_t head_dim, const std::vector<int64_t>& supported,
@@ -86,9 +117,6 @@ struct Result {
   /// (measured by common::Workspace / device allocations, not estimated).
   int64_t peak_bytes = 0;
   std::optional<Traffic> traffic;  ///< counted HBM traffic, where the step models it
-  /// Kernel-only times (ms) of `Options::repeat` launches after a warm-up, for
-  /// steps that time themselves (GPU steps, with CUDA events). Empty otherwise.
-  std::vector<double> kernel_ms;
   /// Step-specific figures to print beside the standard ones (name, value).
   std::vector<std::pair<std::string, double>> extra;
 };
@@ -97,17 +125,26 @@ struct Result {
 /// step forgets to write fails every check. Steps start from this.
 Result allocate_result(const Shape& shape);
 
-/// Per-run options. A step ignores the ones that mean nothing to it.
+/// Per-run options of the algorithm. A step ignores the ones that mean nothing
+/// to it. How often to run and what to time is the driver's business
+/// (common/driver.hpp), not the algorithm's.
 struct Options {
   /// On-chip budget M in floats, for steps that derive tile sizes from it
-  /// (0 = the step's default).
+  /// (0 = the step's own default, which only the step knows: see sram_budget).
   int64_t sram_floats = 0;
   /// Where to print the step-by-step trace (`--trace`); nullptr = no trace.
   std::ostream* trace = nullptr;
   /// Show progress on the terminal for long runs.
   bool progress = false;
-  /// Steps that time themselves (GPU): time this many launches after a warm-up.
-  int repeat = 0;
+  /// The precision to compute in (`--dtype`): one of the step's
+  /// StepInfo::precisions, which open_session enforces. fp32 steps compute in fp32.
+  Precision precision = Precision::fp32;
 };
+
+/// The budget M a step uses: `options.sram_floats`, or the step's default when
+/// it is 0. The one place where the default is resolved.
+inline int64_t sram_budget(const Options& options, int64_t step_default) {
+  return options.sram_floats > 0 ? options.sram_floats : step_default;
+}
 
 }  // namespace common

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 
 namespace common {
 
@@ -18,10 +20,13 @@ enum class Rounding {
 };
 
 // Standard attention with every intermediate in T (double for the reference,
-// float for the baseline). One (b, h, query row) at a time, in plain loops.
+// float for the baselines). One (b, h, query row) at a time, in plain loops.
+// With `low` bf16 or fp16 (T = float, inputs already rounded), as a library
+// computes in that precision: S and the softmax in fp32, P = softmax(S) rounded
+// before P·V, fp32 accumulation, O rounded at the end; L stays fp32.
 template <class T>
 void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse,
-                        Rounding rounding = Rounding::kPlain) {
+                        Rounding rounding = Rounding::kPlain, Precision low = Precision::fp32) {
   const Shape& s = p.shape;
   const int64_t d = s.head_dim;
   const T scale = T(p.scale);
@@ -59,9 +64,10 @@ void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse
       }
       T* out = o.data() + (bh * s.seq_q + i) * d;
       for (int64_t j = 0; j < visible; ++j) {
-        for (int64_t c = 0; c < d; ++c) out[c] += scores[j] * T(v[j * d + c]);
+        const T w = low == Precision::fp32 ? scores[j] : T(round_to(low, float(scores[j] / l)));
+        for (int64_t c = 0; c < d; ++c) out[c] += w * T(v[j * d + c]);
       }
-      for (int64_t c = 0; c < d; ++c) out[c] /= l;
+      for (int64_t c = 0; c < d; ++c) out[c] = low == Precision::fp32 ? out[c] / l : T(round_to(low, float(out[c])));
       lse[bh * s.seq_q + i] = m + std::log(l);
     }
   }
@@ -93,11 +99,20 @@ Result standard_attention_fp32(const Problem& problem) {
   return r;
 }
 
+Result standard_attention_in(const Problem& problem, Precision precision) {
+  if (precision == Precision::fp32) return standard_attention_fp32(problem);
+  const Problem rounded = rounded_inputs(problem, precision);
+  Result r;
+  standard_attention<float>(rounded, r.o, r.lse, Rounding::kPlain, precision);
+  return r;
+}
+
 Errors max_errors(const Result& result, const Reference& ref) {
   return Errors{max_abs_diff(result.o, ref.o), max_abs_diff(result.lse, ref.lse)};
 }
 
-Errors baseline_errors(const Problem& problem, const Reference& ref) {
+Errors baseline_errors(const Problem& problem, const Reference& ref, Precision precision) {
+  // fp32 standard attention, three ways (L is fp32 in every precision).
   Errors worst;
   for (Rounding r : {Rounding::kPlain, Rounding::kPrescaledQ, Rounding::kFmaExp2}) {
     Result fp32;
@@ -106,23 +121,67 @@ Errors baseline_errors(const Problem& problem, const Reference& ref) {
     worst.max_err_o = std::max(worst.max_err_o, e.max_err_o);
     worst.max_err_lse = std::max(worst.max_err_lse, e.max_err_lse);
   }
+  if (precision != Precision::fp32) {
+    Result low;
+    standard_attention<float>(problem, low.o, low.lse, Rounding::kPlain, precision);
+    const Errors e = max_errors(low, ref);
+    worst.max_err_o = e.max_err_o;  // bf16/fp16 rounding of P and O: hundreds of times fp32's
+    worst.max_err_lse = std::max(worst.max_err_lse, e.max_err_lse);
+  }
   return worst;
 }
 
-Tolerance tolerance_for(const Problem& problem, const Reference& ref) {
-  const Errors base = baseline_errors(problem, ref);
-  return Tolerance{2 * base.max_err_o + kToleranceFloor, 2 * base.max_err_lse + kToleranceFloor};
+Tolerance tolerance_for(const Problem& problem, const Reference& ref, Precision precision) {
+  const Errors base = baseline_errors(problem, ref, precision);
+  return Tolerance{2 * base.max_err_o + tolerance_floor_o(ref, precision), 2 * base.max_err_lse + kToleranceFloor};
 }
 
-Verdict check_result(const Problem& problem, const Result& result) {
+double tolerance_floor_o(const Reference& ref, Precision precision) {
+  if (precision == Precision::fp32) return kToleranceFloor;
+  double largest = 0;
+  for (double x : ref.o) largest = std::max(largest, std::abs(x));
+  // The unit roundoff u (2^-8 for bf16, 2^-11 for fp16): rounding x moves it by at most u·|x|.
+  const double u = precision == Precision::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  return std::max(kToleranceFloor, u / 2 * largest);
+}
+
+namespace {
+
+// check_result on inputs already in `precision`.
+Verdict judge(const Problem& problem, const Result& result, Precision precision) {
   const Reference ref = reference_attention(problem);
   Verdict v;
   v.errors = max_errors(result, ref);
-  v.baseline = baseline_errors(problem, ref);
-  v.tolerance = Tolerance{2 * v.baseline.max_err_o + kToleranceFloor,
+  v.baseline = baseline_errors(problem, ref, precision);
+  v.tolerance = Tolerance{2 * v.baseline.max_err_o + tolerance_floor_o(ref, precision),
                           2 * v.baseline.max_err_lse + kToleranceFloor};
-  v.passed = v.errors.max_err_o <= v.tolerance.o && v.errors.max_err_lse <= v.tolerance.lse;
+  int64_t nonfinite = 0;
+  for (float x : result.o) nonfinite += std::isfinite(x) ? 0 : 1;
+  for (float x : result.lse) nonfinite += std::isfinite(x) ? 0 : 1;
+  std::ostringstream why;
+  why << std::setprecision(3);
+  if (result.o.size() != ref.o.size() || result.lse.size() != ref.lse.size()) {
+    why << "the result has the wrong size";
+  } else if (nonfinite > 0) {
+    why << nonfinite << " outputs are NaN or infinite where the fp64 reference is finite";
+  } else if (!std::isfinite(v.tolerance.o) || !std::isfinite(v.tolerance.lse)) {
+    why << "no tolerance can be set: " << name(precision) << " standard attention itself overflows on these inputs";
+  } else if (!(v.errors.max_err_o <= v.tolerance.o)) {
+    why << "max |O - O_ref| = " << v.errors.max_err_o << " is above the tolerance " << v.tolerance.o;
+  } else if (!(v.errors.max_err_lse <= v.tolerance.lse)) {
+    why << "max |L - L_ref| = " << v.errors.max_err_lse << " is above the tolerance " << v.tolerance.lse;
+  }
+  v.failure = why.str();
+  v.passed = v.failure.empty();
   return v;
+}
+
+}  // namespace
+
+Verdict check_result(const Problem& problem, const Result& result, Precision precision) {
+  // fp32 needs no copy of the inputs (they may be gigabytes).
+  if (precision == Precision::fp32) return judge(problem, result, precision);
+  return judge(rounded_inputs(problem, precision), result, precision);
 }
 
 }  // namespace common

@@ -5,8 +5,10 @@
 /// reference agree, it is not because they share code.
 #pragma once
 
+#include <string>
 #include <vector>
 
+#include "common/precision.hpp"
 #include "common/problem.hpp"
 
 namespace common {
@@ -25,6 +27,13 @@ Reference reference_attention(const Problem& problem);
 /// accumulators): the "fp32 baseline" whose error defines the tolerance.
 Result standard_attention_fp32(const Problem& problem);
 
+/// Standard attention in a lower precision, as FlashAttention-2's tests compute
+/// their baseline: Q, K and V rounded to `precision`, S = scale·QKᵀ and the
+/// softmax in fp32, P rounded to `precision` before P·V, P·V accumulated in fp32,
+/// O rounded to `precision`; L in fp32. With Precision::fp32 it is
+/// standard_attention_fp32. Throws InputError when an input does not fit.
+Result standard_attention_in(const Problem& problem, Precision precision);
+
 /// Maximum absolute errors of a result against the reference. NaN or a missing
 /// element counts as an infinite error.
 struct Errors {
@@ -42,11 +51,16 @@ Errors max_errors(const Result& result, const Reference& ref);
 /// kernels do). With large scores (|s| ~ 1e3) the error of O is set by how S is
 /// rounded, which differs between correct implementations by a factor of 2–3 from
 /// input to input; one formulation alone would make the 2× rule a coin toss there.
-Errors baseline_errors(const Problem& problem, const Reference& ref);
+///
+/// For bf16 and fp16 it is the error of standard_attention_in(problem, precision)
+/// instead: there the rounding of P and O (relative steps of 2^-8 and 2^-11) is
+/// hundreds of times larger than any difference between fp32 formulations.
+/// `problem` must already hold inputs rounded to `precision` (rounded_inputs).
+Errors baseline_errors(const Problem& problem, const Reference& ref, Precision precision = Precision::fp32);
 
 /// FlashAttention-2's tolerance rule: a step passes when its max error is at most
-/// twice the max error of fp32 standard attention (baseline_errors) on the same
-/// inputs, plus 1e-6.
+/// twice the max error of standard attention in the step's precision
+/// (baseline_errors) on the same inputs, plus 1e-6.
 struct Tolerance {
   double o = 0;    ///< allowed max |O - O_ref|
   double lse = 0;  ///< allowed max |L - L_ref|
@@ -55,18 +69,38 @@ struct Tolerance {
 /// The floor added to the doubled baseline error.
 inline constexpr double kToleranceFloor = 1e-6;
 
-/// The tolerance for `problem`: computes the fp32 baseline and its errors.
-Tolerance tolerance_for(const Problem& problem, const Reference& ref);
+/// The floor added to the doubled baseline error of O: kToleranceFloor for fp32;
+/// for bf16 and fp16, u/2 · max |O_ref| as well (u = 2^-8, 2^-11 the unit
+/// roundoff), half of what rounding the largest output may cost at most. The 2×
+/// rule compares two maxima of random rounding errors; over a few hundred
+/// outputs (N_q = 3, d = 32) the baseline's can be small by luck, and a correct
+/// kernel would fail. Over thousands the doubled baseline is far above it.
+double tolerance_floor_o(const Reference& ref, Precision precision);
+
+/// The tolerance for `problem`: computes the baseline in `precision` and its errors.
+Tolerance tolerance_for(const Problem& problem, const Reference& ref, Precision precision = Precision::fp32);
 
 /// Everything `--check` and the tests need in one place.
 struct Verdict {
   Errors errors;        ///< the step's errors
-  Errors baseline;      ///< fp32 standard attention's errors
+  Errors baseline;      ///< the errors of standard attention in the step's precision
   Tolerance tolerance;  ///< 2 × baseline + floor
-  bool passed = false;  ///< both errors within tolerance (and no NaN)
+  /// True only when every output is finite, the tolerance is finite and both
+  /// errors are within it. A check never passes a NaN or an infinity.
+  bool passed = false;
+  std::string failure;  ///< why it failed, in one line (empty when passed)
 };
 
-/// Compares `result` with the fp64 reference under the tolerance rule.
-Verdict check_result(const Problem& problem, const Result& result);
+/// Compares `result` with the fp64 reference under the tolerance rule. The
+/// reference is finite for any finite inputs, so an output that is NaN or
+/// infinite fails; so does any check whose tolerance is not finite (the
+/// baseline itself overflowed: these inputs are beyond what fp32 can judge).
+///
+/// A step that computes in bf16 or fp16 is judged on the inputs it computed on:
+/// the reference and the baseline both start from Q, K and V rounded to
+/// `precision` (rounded_inputs), as FlashAttention-2's tests start from bf16
+/// tensors. The rounding of the inputs is the caller's choice of precision, not
+/// an error of the step.
+Verdict check_result(const Problem& problem, const Result& result, Precision precision = Precision::fp32);
 
 }  // namespace common

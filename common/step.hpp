@@ -1,10 +1,18 @@
 /// \file step.hpp
-/// \brief How a step describes itself to the program driver, the tour and the benchmarks.
+/// \brief How a step describes itself to the program driver, the tour, the benchmarks and Python.
+///
+/// Every step has the same entry point, `stepNN::attention_forward(problem,
+/// options) -> Result`, and a `describe()` that returns a StepInfo. A CPU step
+/// gives its forward pass; a GPU step gives its kernel launch on device
+/// pointers (GpuKernel), and common/ builds the rest from it: uploading once,
+/// timing launches with CUDA events, downloading once (common/cuda/gpu_step.cuh).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/problem.hpp"
@@ -14,16 +22,99 @@ namespace common {
 /// A step's forward pass: `stepNN::attention_forward`.
 using ForwardFn = std::function<Result(const Problem&, const Options&)>;
 
+/// One problem made ready to run many times: a GPU step uploads Q, K and V once
+/// when the session opens, and downloads O and L once, when asked for the result.
+class Session {
+ public:
+  virtual ~Session() = default;
+  /// Runs the forward pass once (GPU: one launch, waited for and checked).
+  virtual void run() = 0;
+  /// Runs the forward pass once more and returns its time in milliseconds: the
+  /// kernel alone between CUDA events on a GPU, the wall clock on the CPU.
+  virtual double timed_run_ms() = 0;
+  /// O, L and the step's counters of the last run (GPU: downloaded now).
+  virtual Result result() = 0;
+  /// True when timed_run_ms() times the kernel alone (CUDA events).
+  virtual bool kernel_only() const = 0;
+};
+
+/// Opens a session for `problem`: validates it and, on a GPU, uploads it.
+using OpenFn = std::function<std::unique_ptr<Session>(const Problem&, const Options&)>;
+
+/// Device pointers and sizes of one forward pass, as a GPU step's launch sees
+/// them. Tensors are contiguous [B, H, N, d]; q, k, v, o hold `Problem`'s
+/// numbers in the precision the step computes in (float for the fp32 steps).
+/// Written without CUDA types so that C++ code (the driver, Python) can fill it.
+struct DeviceArgs {
+  Shape shape;                ///< sizes
+  bool causal = false;        ///< top-left aligned mask
+  float scale = 1.0f;         ///< softmax scale
+  const void* q = nullptr;    ///< Q: (B, H, N_q, d) on the device
+  const void* k = nullptr;    ///< K: (B, H, N_kv, d)
+  const void* v = nullptr;    ///< V: (B, H, N_kv, d)
+  void* o = nullptr;          ///< O: (B, H, N_q, d), written by the kernel
+  float* lse = nullptr;       ///< L: (B, H, N_q), fp32, written by the kernel
+  void* workspace = nullptr;  ///< GpuKernel::workspace_bytes(shape) bytes of device memory, or nullptr
+  void* stream = nullptr;     ///< the cudaStream_t to launch on (nullptr: the default stream)
+
+  /// `q` as the element type a kernel reads, e.g. `args.q_as<float>()`.
+  template <class T>
+  const T* q_as() const { return static_cast<const T*>(q); }
+  /// `k` as the element type a kernel reads.
+  template <class T>
+  const T* k_as() const { return static_cast<const T*>(k); }
+  /// `v` as the element type a kernel reads.
+  template <class T>
+  const T* v_as() const { return static_cast<const T*>(v); }
+  /// `o` as the element type a kernel writes.
+  template <class T>
+  T* o_as() const { return static_cast<T*>(o); }
+};
+
+/// A named figure for a report, e.g. {"registers", 96}.
+using Figures = std::vector<std::pair<std::string, double>>;
+
+/// What a GPU step is, seen from the host: its kernel launch and its resources.
+struct GpuKernel {
+  /// Enqueues the forward pass on `args.stream` and checks the launch (it does
+  /// not wait for the kernel). Throws InputError for a d it was not compiled for.
+  std::function<void(const DeviceArgs& args)> launch;
+  /// Bytes of global working memory the launch needs (`args.workspace`), e.g.
+  /// step 4's l and m arrays; empty = none.
+  std::function<int64_t(const Shape& shape)> workspace_bytes;
+  /// The kernel's tiles and resources for head dimension d: B_r, B_c, shared
+  /// memory, registers, local (spill) bytes, blocks per SM.
+  std::function<Figures(int64_t head_dim)> resources;
+};
+
 /// Everything the driver needs to know about a step.
 struct StepInfo {
   std::string name;                 ///< directory name, e.g. "step02_tiled_cpu"
   std::string title;                ///< one line: what the step adds
-  ForwardFn forward;                ///< the forward pass
+  ForwardFn forward;                ///< the forward pass (every step)
+  OpenFn open;                      ///< a session for repeated runs (empty: built from `forward`)
+  std::shared_ptr<const GpuKernel> gpu;  ///< GPU steps: the launch on device pointers
   std::vector<int64_t> head_dims;   ///< supported d (empty = any d >= 1)
+  /// The precisions the step computes in (`--dtype`); the first is its native
+  /// one, the default.
+  std::vector<Precision> precisions{Precision::fp32};
   bool needs_gpu = false;           ///< runs on a CUDA GPU
   bool uses_sram_budget = false;    ///< takes `--sram-floats M`
   int64_t default_sram_floats = 0;  ///< M used when `--sram-floats` is not given
   bool has_trace = false;           ///< prints a step-by-step trace for `--trace`
+  /// A rough rate of this step on one CPU core, in FLOP/s counted as
+  /// 4·B·H·N_q·N_kv·(d + 16) (the 16 stands for each score's exp, max and sum),
+  /// for telling a user up front that a run will take long (0 = not estimated).
+  double cpu_flops_per_s = 0;
 };
+
+/// Throws InputError unless `step` computes in `precision`, e.g.
+/// "step06_fa2 computes in fp32 only; --dtype bf16 is not one of its precisions".
+void require_precision(const StepInfo& step, Precision precision);
+
+/// Opens a session for `step` on `problem`: the step's own `open` where it has
+/// one (GPU steps), otherwise a session that calls `step.forward` each run.
+/// Refuses a precision the step does not compute in (require_precision).
+std::unique_ptr<Session> open_session(const StepInfo& step, const Problem& problem, const Options& options);
 
 }  // namespace common

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/fixtures.hpp"
 #include "common/step.hpp"
@@ -15,14 +16,51 @@ namespace common::testing {
 /// run can be repeated exactly.
 uint64_t run_seed();
 
+/// Runs `step`'s program (common::run_program) with the command-line `args`
+/// (the program name is added) and returns its exit code; what it prints on
+/// stdout and stderr is captured into `out` and `err` where given.
+int run_program_captured(const StepInfo& step, const std::vector<std::string>& args, std::string* out = nullptr,
+                         std::string* err = nullptr);
+
 /// Runs `step` on every conformance case whose d it supports and whose lengths
 /// are at most `max_seq` (0 = all): fresh random inputs per case, the result
 /// poisoned before the run, O and L checked against the fp64 reference under the
-/// tolerance rule. Every case is a doctest SUBCASE named after the case.
-void check_conformance(const StepInfo& step, int64_t max_seq = 0, const Options& options = {});
+/// tolerance rule for `options.precision`. Every case is a doctest SUBCASE named after the case. With
+/// `large_scores` false the |s| ~ 1e3 cases are left out (see step 2's tests).
+void check_conformance(const StepInfo& step, int64_t max_seq = 0, const Options& options = {},
+                       bool large_scores = true);
 
 /// Runs `step` on one problem and CHECKs O and L under the tolerance rule.
 void check_problem(const StepInfo& step, const Problem& problem, const Options& options = {});
+
+/// Runs `step` in one session (a GPU step uploads once): one run, checked
+/// under the tolerance rule, then `timed` timed runs. CHECKs that each timed run
+/// reports a positive time and that O and L afterwards are bitwise those of the
+/// first run (no atomics, a fixed order of every sum: a difference is a race).
+void check_session(const StepInfo& step, const Problem& problem, int timed = 3);
+
+/// Seed 004's (N_kv, N_q) pairs at d = 128, causal and not, under the tolerance rule.
+void check_seed004_shapes(const StepInfo& step);
+
+/// Causal with N_q != N_kv across tile boundaries, for every d in `head_dims`:
+/// lengths just off multiples of 32 and 64 put the diagonal, the skipped tiles
+/// and the tails in every place.
+void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_dims);
+
+/// B·H = 70000 heads of N = 3 × 5 at d = 32, causal and not: more heads than a
+/// grid's y or z dimension holds (65535).
+void check_many_heads(const StepInfo& step);
+
+/// Bad input is refused with a one-line InputError: a d the step was not
+/// compiled for (`unsupported_d`), tensors of the wrong length, a NaN input.
+void check_bad_input(const StepInfo& step, int64_t unsupported_d);
+
+/// The value named `name` in `result.extra` (the resource report), or −1.
+double extra(const Result& result, const std::string& name);
+
+/// Runs `step` once at d = `head_dim` and CHECKs its resource report: no local
+/// (spill) bytes, at least one block per SM, a register count reported.
+void check_no_spills(const StepInfo& step, int64_t head_dim);
 
 /// Runs `step` on a named fixture (with its budget M where the step uses one)
 /// and CHECKs O against the fixture's known values as well as the reference.

@@ -17,12 +17,12 @@ TEST_CASE("step01: named fixtures") {
   for (const common::Shape& s : common::seed004_shapes()) {
     CAPTURE(common::describe(s));
     common::testing::check_problem(step01::describe(),
-                                   common::make_random_problem(s, false, 0.0f, common::testing::run_seed()));
+                                   common::make_random_problem(s, false, std::nullopt, common::testing::run_seed()));
   }
 }
 
 TEST_CASE("step01: peak working memory is the N_q x N_kv score matrix") {
-  const common::Problem p = common::make_random_problem(common::Shape{1, 2, 300, 200, 16}, false, 0.0f, 5);
+  const common::Problem p = common::make_random_problem(common::Shape{1, 2, 300, 200, 16}, false, std::nullopt, 5);
   common::RunSettings settings;
   settings.repeat = 0;
   const common::RunReport report = common::run_step(step01::describe(), p, settings);
