@@ -3,7 +3,7 @@
 ///
 /// Sections, one table, one CSV (`--csv PATH`):
 ///  - `grid`: B = 4, H = 16, d in {64, 128}, N in {512 … 8192}, causal off and on;
-///  - `long` (with step06): cuBLAS and step06 alone at N = 16384, d in {64, 128};
+///  - `long`: cuBLAS and the last GPU step alone at N = 16384, d in {64, 128};
 ///  - `sweep`: N = 4096, d = 128, B·H from 1 to 256 — FlashAttention-1 runs one
 ///    block per (batch, head), so it cannot fill a GPU with fewer heads than SMs.
 /// Each entry reports the median kernel time (CUDA events, after a warm-up),
@@ -18,30 +18,26 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/cuda/cuda_check.cuh"
-#include "common/cuda/device_buffer.cuh"
-#include "common/cuda/device_problem.cuh"
+#include "common/cuda/gpu_step.cuh"
 #include "common/driver.hpp"
 #include "common/fixtures.hpp"
-#include "step04_cuda_smem/attention.hpp"
-#include "step05_cuda_registers/attention.hpp"
-#ifdef FLASH_HAVE_STEP06
-#include "step06_fa2/attention.hpp"
-#endif
+#include "common/output_file.hpp"
+#include "gpu_steps.hpp"
 
 namespace {
 
 //! [kernels]
-/// One row of the benchmark: a name, a forward pass with the steps' API, and
+/// One row of the benchmark: a step (or the cuBLAS baseline, described as one), and
 /// whether it takes part in the B·H sweep.
 struct Entry {
-  std::string name;
-  common::ForwardFn forward;
+  common::StepInfo step;
   bool in_sweep = true;
 };
 //! [kernels]
@@ -84,57 +80,65 @@ __global__ void softmax_rows(float* S, float* L, int n_q, int n_kv, bool causal)
 }
 
 //! [baseline]
+/// How many (batch, head) pairs the baseline computes at once: S of a group
+/// must fit in 2 GiB.
+int64_t heads_per_group(const common::Shape& s) {
+  return std::max<int64_t>(1, std::min<int64_t>(s.batch_heads(), (int64_t{2} << 30) / (4 * s.seq_q * s.seq_kv)));
+}
+
 /// Standard attention with cuBLAS (fp32 SGEMM, no TF32): S = scale·QKᵀ
 /// (batched SGEMM), P = softmax(S) (one kernel), O = PV (batched SGEMM). S is
-/// materialised, for a group of heads at a time so that it fits in 2 GiB.
-common::Result cublas_standard_attention(const common::Problem& problem, const common::Options& options) {
-  const common::Shape& s = problem.shape;
-  common::cuda::require_gpu("cublas_standard");
-  const int64_t n_q = s.seq_q, n_kv = s.seq_kv, d = s.head_dim;
-  const int64_t heads_per_group = std::max<int64_t>(1, std::min<int64_t>(s.batch_heads(), (int64_t{2} << 30) / (4 * n_q * n_kv)));
-  common::cuda::DeviceProblem dev(problem, 4 * heads_per_group * n_q * n_kv, "cublas_standard");
-  common::cuda::DeviceBuffer<float> S(static_cast<size_t>(heads_per_group * n_q * n_kv));
+/// materialised in the workspace, for a group of heads at a time.
+void cublas_standard_attention(const common::DeviceArgs& a) {
+  const common::Shape& s = a.shape;
+  const int64_t n_q = s.seq_q, n_kv = s.seq_kv, d = s.head_dim, group = heads_per_group(s);
+  float* S = static_cast<float*>(a.workspace);
   static cublasHandle_t handle = [] {
     cublasHandle_t h{};
     CUBLAS_CHECK(cublasCreate(&h));
     return h;
   }();
-  const auto launch = [&] {
-    for (int64_t h0 = 0; h0 < s.batch_heads(); h0 += heads_per_group) {
-      const int g = static_cast<int>(std::min(heads_per_group, s.batch_heads() - h0));
-      const float alpha = problem.scale, one = 1.0f, zero = 0.0f;
-      // Row-major S (N_q, N_kv) is column-major (N_kv, N_q) = Kᵀ(col) · Q(col).
-      CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(n_q), int(d), &alpha,
-                                             dev.k.data() + h0 * n_kv * d, int(d), n_kv * d,
-                                             dev.q.data() + h0 * n_q * d, int(d), n_q * d, &zero, S.data(),
-                                             int(n_kv), n_q * n_kv, g));
-      softmax_rows<<<unsigned(g * n_q), 256>>>(S.data(), dev.lse.data() + h0 * n_q, int(n_q), int(n_kv),
-                                              problem.causal);
-      CUDA_CHECK_LAUNCH();
-      // Row-major O (N_q, d) is column-major (d, N_q) = V(col) · P(col).
-      CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(d), int(n_q), int(n_kv), &one,
-                                             dev.v.data() + h0 * n_kv * d, int(d), n_kv * d, S.data(), int(n_kv),
-                                             n_q * n_kv, &zero, dev.o.data() + h0 * n_q * d, int(d), n_q * d, g));
-    }
-  };
-  common::Result result = common::allocate_result(s);
-  result.kernel_ms = common::cuda::run_and_time(options, launch);
-  dev.download(result);
-  return result;
+  CUBLAS_CHECK(cublasSetStream(handle, common::cuda::stream_of(a)));
+  const float* q = a.q_as<float>();
+  const float* k = a.k_as<float>();
+  const float* v = a.v_as<float>();
+  float* o = a.o_as<float>();
+  for (int64_t h0 = 0; h0 < s.batch_heads(); h0 += group) {
+    const int g = static_cast<int>(std::min(group, s.batch_heads() - h0));
+    const float alpha = a.scale, one = 1.0f, zero = 0.0f;
+    // Row-major S (N_q, N_kv) is column-major (N_kv, N_q) = Kᵀ(col) · Q(col).
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(n_kv), int(n_q), int(d), &alpha,
+                                           k + h0 * n_kv * d, int(d), n_kv * d, q + h0 * n_q * d, int(d), n_q * d,
+                                           &zero, S, int(n_kv), n_q * n_kv, g));
+    softmax_rows<<<unsigned(g * n_q), 256, 0, common::cuda::stream_of(a)>>>(S, a.lse + h0 * n_q, int(n_q), int(n_kv),
+                                                                            a.causal);
+    CUDA_CHECK_LAUNCH();
+    // Row-major O (N_q, d) is column-major (d, N_q) = V(col) · P(col).
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(d), int(n_q), int(n_kv), &one,
+                                           v + h0 * n_kv * d, int(d), n_kv * d, S, int(n_kv), n_q * n_kv, &zero,
+                                           o + h0 * n_q * d, int(d), n_q * d, g));
+  }
+}
+
+/// The baseline as a step, so that it is uploaded, run and timed like the steps.
+common::StepInfo cublas_step() {
+  common::GpuKernel kernel;
+  kernel.launch = cublas_standard_attention;
+  kernel.workspace_bytes = [](const common::Shape& s) { return 4 * heads_per_group(s) * s.seq_q * s.seq_kv; };
+  return common::cuda::gpu_step("cublas_standard", "standard attention with cuBLAS SGEMM and a softmax kernel", {},
+                                kernel);
 }
 //! [baseline]
 
-/// The benchmark's rows. A new CUDA step with the same API is one more line.
+/// The benchmark's rows: the baseline, every GPU step built in this tree, and
+/// step 5's spilling build (not in the B·H sweep).
 std::vector<Entry> entries() {
-  return {
-      {"cublas_standard", cublas_standard_attention},
-      {"step04_cuda_smem", step04::describe().forward},
-      {"step05_cuda_registers", step05::describe().forward},
-      {"step05_local_memory", step05::describe_local_memory().forward, false},
-#ifdef FLASH_HAVE_STEP06
-      {"step06_fa2", step06::describe().forward},
-#endif
-  };
+  std::vector<Entry> list = {{cublas_step()}};
+  for (const common::StepInfo& step : tour::built_gpu_steps()) {
+    list.push_back({step});
+    if (step.name == "step05_cuda_registers") list.push_back({step05_spill::describe(), false});
+  }
+  return list;
 }
 
 /// One measured row.
@@ -146,19 +150,22 @@ struct Row {
   double ms = 0, tflops = 0, speedup = 0, max_diff = 0;
 };
 
-/// Times `entry` adaptively: one timed launch first, then enough launches for
-/// about half a second (at least 3, at most 50), and the median is kept.
+/// Times `entry` adaptively in one session (one upload): one checked run, one
+/// timed run, then enough timed runs for about half a second (at least 3, at
+/// most 50); the median is kept.
 Row measure(const Entry& entry, const common::Problem& problem, common::Result& out) {
-  common::Options options;
-  options.repeat = 1;
-  out = entry.forward(problem, options);
-  options.repeat = std::clamp(static_cast<int>(500.0 / out.kernel_ms.front()), 3, 50);
-  const std::vector<double> samples = entry.forward(problem, options).kernel_ms;
+  const std::unique_ptr<common::Session> session = common::open_session(entry.step, problem, {});
+  session->run();
+  out = session->result();
+  const double first_ms = session->timed_run_ms();
+  const int runs = std::clamp(static_cast<int>(500.0 / first_ms), 3, 50);
+  std::vector<double> samples;
+  for (int r = 0; r < runs; ++r) samples.push_back(session->timed_run_ms());
   Row row;
-  row.kernel = entry.name;
+  row.kernel = entry.step.name;
   row.shape = problem.shape;
   row.causal = problem.causal;
-  row.runs = static_cast<int>(samples.size());
+  row.runs = runs;
   row.ms = common::median(samples);
   row.tflops = common::attention_flops(problem.shape, problem.causal) / (row.ms * 1e-3) / 1e12;
   return row;
@@ -173,14 +180,14 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 /// Runs every entry on one problem; the first entry (cuBLAS) is the baseline.
 void run_problem(const std::string& section, const std::vector<Entry>& list, const common::Shape& shape, bool causal,
                  std::vector<Row>& rows) {
-  const common::Problem problem = common::make_random_problem(shape, causal, 0.0f, 2026);
+  const common::Problem problem = common::make_random_problem(shape, causal, std::nullopt, 2026);
   common::Result baseline;
   double baseline_ms = 0;
   for (const Entry& entry : list) {
     common::Result out;
     Row row = measure(entry, problem, out);
     row.section = section;
-    if (entry.name == list.front().name) {
+    if (entry.step.name == list.front().step.name) {
       baseline = std::move(out);
       baseline_ms = row.ms;
     } else {
@@ -197,20 +204,22 @@ void run_problem(const std::string& section, const std::vector<Entry>& list, con
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv_path;
-  bool quick = false;
-  for (int a = 1; a < argc; ++a) {
-    const std::string arg = argv[a];
-    if (arg == "--csv" && a + 1 < argc) {
-      csv_path = argv[++a];
-    } else if (arg == "--quick") {
-      quick = true;
-    } else {
-      std::cerr << "usage: gpu_bench [--csv PATH] [--quick]\n";
-      return 2;
+  return common::guarded_main("gpu_bench", [&]() -> int {
+    std::string csv_path;
+    bool quick = false;
+    CLI::App app("The GPU benchmark: every CUDA step beside a cuBLAS standard attention, in one run.", "gpu_bench");
+    app.add_option_function<std::string>(
+           "--csv",
+           [&](const std::string& text) { csv_path = common::cli::parse_nonempty("--csv", text, "a file name"); },
+           "write every row as CSV to FILE (whole, or not at all)")
+        ->type_name("FILE");
+    app.add_flag("--quick", quick, "N <= 1024 only: a smoke test");
+    app.footer("Exit codes: 0 ok, 2 bad option, no GPU, or a failed write, 3 a CUDA error.");
+    if (!common::cli::parse(app, argc, argv)) {
+      common::flush_stdout();
+      return 0;
     }
-  }
-  try {
+    if (!csv_path.empty()) common::check_writable(csv_path);
     common::cuda::require_gpu("gpu_bench");
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -229,8 +238,8 @@ int main(int argc, char** argv) {
         for (bool causal : {false, true}) run_problem("grid", all, common::Shape{4, 16, n, n, d}, causal, rows);
       }
     }
-#ifdef FLASH_HAVE_STEP06
-    // step06 (beside cuBLAS) goes on to N = 16384, where steps 4 and 5 take seconds a run.
+    // The last (fastest) step, beside cuBLAS, goes on to N = 16384, where the
+    // first GPU steps take seconds a run.
     if (!quick) {
       for (int64_t d : {64, 128}) {
         for (bool causal : {false, true}) {
@@ -238,7 +247,6 @@ int main(int argc, char** argv) {
         }
       }
     }
-#endif
     const int64_t sweep_n = quick ? 1024 : 4096;
     for (int64_t bh : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
       run_problem("sweep", sweep_list, common::Shape{1, bh, sweep_n, sweep_n, 128}, false, rows);
@@ -253,7 +261,7 @@ int main(int argc, char** argv) {
                   r.max_diff);
     }
     if (!csv_path.empty()) {
-      std::ofstream csv(csv_path);
+      std::ostringstream csv;
       csv << "gpu,section,kernel,batch,heads,seq_q,seq_kv,head_dim,causal,runs,median_ms,tflops,speedup_vs_cublas,"
              "max_abs_diff_vs_cublas\n";
       for (const Row& r : rows) {
@@ -261,12 +269,10 @@ int main(int argc, char** argv) {
             << r.shape.seq_q << ',' << r.shape.seq_kv << ',' << r.shape.head_dim << ',' << (r.causal ? 1 : 0) << ','
             << r.runs << ',' << r.ms << ',' << r.tflops << ',' << r.speedup << ',' << r.max_diff << '\n';
       }
-      if (!csv) throw std::runtime_error("could not write " + csv_path);
+      common::write_file(csv_path, csv.str());
       std::printf("\nCSV written to %s\n", csv_path.c_str());
     }
-  } catch (const std::exception& e) {
-    std::cerr << "gpu_bench: error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    common::flush_stdout();
+    return 0;
+  });
 }

@@ -2,117 +2,117 @@
 /// \brief Step 3 — FlashAttention-1, Algorithm 1, as a CUDA kernel on a simulator that checks and counts.
 ///
 /// This step extends step 2 (Algorithm 1 on the CPU) by writing it the way a
-/// GPU runs it, as the kernel that step 4 runs on a real GPU, line for line:
-///  1. The grid has one thread block per (batch, head), as in the paper's
-///     FlashAttention-1; a block of kThreads threads walks the K/V tiles j (outer
-///     loop) and the Q tiles i (inner loop) of its head. Loads, stores and the
-///     scores are split element by element over the threads; a warp (32 threads)
-///     takes a row for the softmax and reduces it with warp shuffles.
-///  2. Q_i, K_j, V_j, S_ij and O_i, m_i, l_i live in the block's shared memory
-///     (the paper's SRAM); O, l and m live in global memory (HBM) and are read
-///     and written back on every (j, i), exactly as lines 8 and 12–13 say.
-///  3. Threads that read what other threads wrote wait at a barrier first
-///     (`syncthreads`, CUDA's `__syncthreads`).
-/// Why: on a GPU, threads and shared memory bring new bugs — a missing barrier,
-/// overlapping buffers, an off-by-one guard — that give wrong answers only
-/// sometimes. The simulator (simulator.hpp) runs the kernel's threads as OS
-/// threads and checks every access, so these bugs are reported with the
-/// buffer, index, threads and barrier phase, before step 4 runs on a GPU.
-/// It also counts global traffic, which must equal step 2's closed form.
-/// `scripts/diff-steps 03 04` shows what step 4 changes: simulator calls become
-/// CUDA keywords, scalar loads become float4, the tiles become compile-time.
+/// GPU runs it: a block of threads per (batch, head) with Q_i, K_j, V_j, S_ij,
+/// O_i, m_i, l_i in its shared memory, the work split over the threads, a warp
+/// per row, and barriers wherever threads read what others wrote. It runs on a
+/// small simulator of CUDA (simulator.hpp) that checks every access for races,
+/// overlaps, bounds and uninitialised reads, and counts the traffic; step 4 is
+/// this kernel, line for line, on a GPU.
 ///
 /// Run: build/bin/step03_simulated_threads --seq-q 256 --seq-kv 256 --head-dim 64 --check
 ///      build/bin/step03_simulated_threads --seq-q 100 --seq-kv 37 --head-dim 8 --sram-floats 256 --causal
 #include "attention.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include "common/io_complexity.hpp"
 #include "common/workspace.hpp"
+#include "simulator.hpp"
 
 namespace step03 {
-
-using sim::blockIdx;
-using sim::shfl_xor_sync;
-using sim::syncthreads;
-using sim::threadIdx;
-using std::min;
 
 namespace {
 
 constexpr int kThreads = 64;              // threads per block (OS threads here: few keep the simulator fast)
 constexpr int kWarps = kThreads / 32;     // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 4;                   // floats of padding per row (see Tiles::ld)
+constexpr int kPad = 1;                   // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
+
+}  // namespace
 
 //! [tiles]
-/// The tiles of Algorithm 1 for head dimension d, from the budget M (--sram-floats).
+/// The tiles of Algorithm 1 for head dimension d, from the budget M (--sram-floats),
+/// at run time (step 4 fixes M and d at compile time; here d may be any d ≥ 1).
 Tiles make_tiles(int64_t sram_floats, const common::Shape& shape) {
-  // Line 1: B_c = ⌈M/4d⌉, B_r = min(B_c, d), exactly as in step 2 (so the counted
-  // traffic is step 2's closed form for any M). Step 4 fixes M and d at compile
-  // time and rounds B_c down to whole warps, so that the 32 lanes of a warp read
-  // 32 different rows of K_j; the loops need no such rounding (lanes past B_c
-  // hold −∞ and 0), and here d may be any d ≥ 1, not only a multiple of 32.
+  // Line 1: B_c = ⌈M/4d⌉, B_r = min(B_c, d), exactly as in step 2, so that the
+  // counted traffic is step 2's closed form for any M.
   const common::Algorithm1Tiles t = common::algorithm1_tiles(sram_floats, shape);
   Tiles T;
   T.d = int(shape.head_dim);
   T.Bc = int(t.Bc);
   T.Br = int(t.Br);
-  // Row stride d + 4 floats, as in step 4 (where it spreads a warp's float4 rows
-  // over the memory banks; the simulator has no banks, but keeps the layout).
-  T.ld = T.d + kPad;
+  T.ld = T.d + kPad;  // row stride of Q_i, K_j, V_j, O_i in shared memory
   return T;
 }
 //! [tiles]
 
+namespace {
+
 /// The largest `x` of the warp's 32 lanes, in every lane.
-float warp_max(float x) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x = fmaxf(x, shfl_xor_sync(0xffffffffu, x, offset));
+__device__ float warp_max(float x) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 
 /// The sum of `x` over the warp's 32 lanes, in every lane.
-float warp_sum(float x) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x += shfl_xor_sync(0xffffffffu, x, offset);
+__device__ float warp_sum(float x) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
+
+//! [load tile]
+/// Loads rows row0 … row0 + B − 1 of an (n_rows, d) matrix in HBM into a (B, ld)
+/// tile in SRAM, element by element over the block's threads. Rows past n_rows
+/// become zeros, so the fixed-length loops over a tile multiply zeros there.
+__device__ void load_tile(sim::Ptr<float> tile, sim::Ptr<const float> matrix, int row0, int B, int n_rows, Tiles T) {
+  const int d = T.d, ld = T.ld;
+  for (int e = threadIdx.x; e < B * d; e += kThreads) {
+    const int r = e / d, k = e % d;
+    tile[r * ld + k] = row0 + r < n_rows ? matrix[size_t(row0 + r) * d + k] : 0.0f;
+  }
+}
+//! [load tile]
 
 /// Algorithm 1 for one (batch, head) per block. Q, K, V, O, L as in the
 /// contract; l and m are (B, H, N_q) working arrays in global memory.
 //! [kernel]
-void attention_kernel(sim::Global<const float> Q_all, sim::Global<const float> K_all,
-                      sim::Global<const float> V_all, sim::Global<float> O_all, sim::Global<float> l_all,
-                      sim::Global<float> m_all, sim::Global<float> L_all, int n_q, int n_kv, float scale,
-                      bool causal, Tiles T) {
+__global__ void attention_kernel(sim::Ptr<const float> Q_all, sim::Ptr<const float> K_all,
+                                 sim::Ptr<const float> V_all, sim::Ptr<float> O_all, sim::Ptr<float> L_all,
+                                 sim::Ptr<float> l_all, sim::Ptr<float> m_all, int n_q, int n_kv, float scale,
+                                 bool causal, Tiles T) {
   const int Bc = T.Bc, Br = T.Br, ld = T.ld, d = T.d;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int Tc = (n_kv + Bc - 1) / Bc, Tr = (n_q + Br - 1) / Br;
+  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tc = (n_kv + Bc - 1) / Bc;  // T_c K/V tiles
 
-  // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); l, m, L: (N_q) in global memory.
+  // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
   const size_t bh = blockIdx.x;
-  const auto Q = Q_all.slice(bh * n_q * d, n_q * d);
-  const auto K = K_all.slice(bh * n_kv * d, n_kv * d);
-  const auto V = V_all.slice(bh * n_kv * d, n_kv * d);
-  const auto O = O_all.slice(bh * n_q * d, n_q * d);
-  const auto l = l_all.slice(bh * n_q, n_q);
-  const auto m = m_all.slice(bh * n_q, n_q);
-  const auto L = L_all.slice(bh * n_q, n_q);
+  const auto Q = Q_all + bh * n_q * d;
+  const auto K = K_all + bh * n_kv * d;
+  const auto V = V_all + bh * n_kv * d;
+  const auto O = O_all + bh * n_q * d;
+  const auto l = l_all + bh * n_q;  // l, m: (N_q), Algorithm 1's running sums and maxima
+  const auto m = m_all + bh * n_q;
+  const auto L = L_all + bh * n_q;
 
   //! [shared memory]
-  const sim::SharedArena smem = sim::dynamic_shared();  // the block's dynamic shared memory, carved into named views
-  const sim::Shared Kj = smem.view("Kj", 0, Bc * ld);                         // K_j: (B_c, d), row stride ld, in shared memory
-  const sim::Shared Vj = smem.view("Vj", Kj.offset() + Bc * ld, Bc * ld);     // V_j: (B_c, d), row stride ld
-  const sim::Shared Qi = smem.view("Qi", Vj.offset() + Bc * ld, Br * ld);     // Q_i: (B_r, d), row stride ld
-  const sim::Shared Oi = smem.view("Oi", Qi.offset() + Br * ld, Br * ld);     // O_i: (B_r, d), row stride ld
-  const sim::Shared Sij = smem.view("Sij", Oi.offset() + Br * ld, Br * Bc);   // S_ij, then P̃_ij in place: (B_r, B_c)
-  const sim::Shared mi = smem.view("mi", Sij.offset() + Br * Bc, Br);         // m_i: (B_r)
-  const sim::Shared li = smem.view("li", mi.offset() + Br, Br);               // l_i: (B_r)
-  const sim::Shared mi_new = smem.view("mi_new", li.offset() + Br, Br);       // m_i^new: (B_r)
-  const sim::Shared li_new = smem.view("li_new", mi_new.offset() + Br, Br);   // l_i^new: (B_r)
-  const sim::Shared keep = smem.view("keep", li_new.offset() + Br, Br);       // diag(l_i^new)⁻¹ diag(l_i) e^(m_i − m_i^new): (B_r)
-  const sim::Shared add = smem.view("add", keep.offset() + Br, Br);           // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
+  const auto smem = sim::dynamic_shared();  // CUDA: extern __shared__ float smem[];
+  auto Kj = smem;             // K_j: (B_c, d), row stride ld, in shared memory
+  auto Vj = Kj + Bc * ld;     // V_j: (B_c, d), row stride ld
+  auto Qi = Vj + Bc * ld;     // Q_i: (B_r, d), row stride ld
+  auto Oi = Qi + Br * ld;     // O_i: (B_r, d), row stride ld
+  auto Sij = Oi + Br * ld;    // S_ij, then P̃_ij in place: (B_r, B_c)
+  auto mi = Sij + Br * Bc;    // m_i: (B_r)
+  auto li = mi + Br;          // l_i: (B_r)
+  auto mi_new = li + Br;      // m_i^new: (B_r)
+  auto li_new = mi_new + Br;  // l_i^new: (B_r)
+  auto keep = li_new + Br;    // diag(l_i^new)⁻¹ diag(l_i) e^(m_i − m_i^new): (B_r)
+  auto add = keep + Br;       // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
+  // The simulator's only lines that CUDA has not: each array's name and length,
+  // so that reports say "Vj[15]", and arrays carved over each other are found.
+  sim::name({{Kj, "Kj", Bc * ld}, {Vj, "Vj", Bc * ld}, {Qi, "Qi", Br * ld}, {Oi, "Oi", Br * ld},
+             {Sij, "Sij", Br * Bc}, {mi, "mi", Br}, {li, "li", Br}, {mi_new, "mi_new", Br},
+             {li_new, "li_new", Br}, {keep, "keep", Br}, {add, "add", Br}});
   //! [shared memory]
 
   // Line 2: O = 0, l = 0, m = −∞ in global memory.
@@ -121,49 +121,40 @@ void attention_kernel(sim::Global<const float> Q_all, sim::Global<const float> K
     l[r] = 0.0f;
     m[r] = -INFINITY;
   }
-  syncthreads();  // the block's own global writes are visible to all its threads after a barrier
+  __syncthreads();  // the block's own global writes are visible to all its threads after a barrier
 
   //! [algorithm 1]
   for (int j = 0; j < Tc; ++j) {  // line 5: K/V tiles, outer loop
     const int kv0 = j * Bc, cols = min(Bc, n_kv - kv0);  // the last tile may be short
-    // Line 6: load K_j, V_j from HBM to SRAM. Rows past the end are zero, so the
-    // fixed-length loops below multiply zeros there, never stale values.
-    for (int e = tid; e < Bc * d; e += kThreads) {
-      const int c = e / d, k = e % d;
-      const bool inside = c < cols;
-      const float zero = 0.0f;
-      Kj[c * ld + k] = inside ? K[size_t(kv0 + c) * d + k] : zero;
-      Vj[c * ld + k] = inside ? V[size_t(kv0 + c) * d + k] : zero;
-    }
+    load_tile(Kj, K, kv0, Bc, n_kv, T);  // line 6: load K_j, V_j from HBM to SRAM
+    load_tile(Vj, V, kv0, Bc, n_kv, T);
 
     for (int i = 0; i < Tr; ++i) {  // line 7: Q tiles, inner loop
       const int q0 = i * Br, rows = min(Br, n_q - q0);
       // Line 8: load Q_i, O_i, l_i, m_i from HBM to SRAM.
-      for (int e = tid; e < rows * d; e += kThreads) {
-        const int r = e / d, k = e % d;
-        Qi[r * ld + k] = Q[size_t(q0 + r) * d + k];
-        Oi[r * ld + k] = O[size_t(q0 + r) * d + k];
-      }
+      load_tile(Qi, Q, q0, Br, n_q, T);
+      load_tile(Oi, O, q0, Br, n_q, T);
       for (int r = tid; r < rows; r += kThreads) {
         li[r] = l[q0 + r];
         mi[r] = m[q0 + r];
       }
-      syncthreads();  // K_j, V_j, Q_i, O_i, l_i, m_i complete before anyone reads them
+      __syncthreads();  // the tiles are complete before anyone reads them
 
-      // Line 9: S_ij = scale · Q_i K_jᵀ. Neighbouring threads compute neighbouring
-      // columns of one row: Q_i's row is shared, K_j's rows are different rows.
-      // Hidden entries (past N_kv, or above the causal diagonal) are −∞.
-      for (int e = tid; e < Br * Bc; e += kThreads) {
-        const int r = e / Bc, c = e % Bc;
-        float s = -INFINITY;
-        if (r < rows && c < cols && !(causal && kv0 + c > q0 + r)) {
-          float dot = 0.0f;
-          for (int k = 0; k < d; ++k) dot = fmaf(Qi[r * ld + k], Kj[c * ld + k], dot);
-          s = scale * dot;
+      // Line 9: S_ij = scale · Q_i K_jᵀ, a warp per row: its lanes split the row's
+      // columns, so a row of Q_i is shared and K_j's rows are 32 different rows.
+      // Hidden entries (past N_kv or N_q, or above the causal diagonal) are −∞.
+      for (int r = warp; r < Br; r += kWarps) {
+        for (int c = lane; c < Bc; c += kWarpSize) {
+          float s = -INFINITY;
+          if (r < rows && c < cols && !(causal && kv0 + c > q0 + r)) {
+            float dot = 0.0f;
+            for (int k = 0; k < d; ++k) dot = fmaf(Qi[r * ld + k], Kj[c * ld + k], dot);
+            s = scale * dot;
+          }
+          Sij[r * Bc + c] = s;
         }
-        Sij[r * Bc + c] = s;
       }
-      syncthreads();  // all of S_ij is written before a warp reduces a row of it
+      __syncthreads();  // all of S_ij is written before a warp reduces a row of it
 
       // Lines 10–11, one warp per row: m̃_ij = rowmax(S_ij), P̃_ij = exp(S_ij − m̃_ij),
       // l̃_ij = rowsum(P̃_ij); m_i^new, l_i^new; and the two line-12 factors.
@@ -193,30 +184,31 @@ void attention_kernel(sim::Global<const float> Q_all, sim::Global<const float> K
           add[r] = beta / l_new;
         }
       }
-      syncthreads();  // P̃_ij and the factors are complete before line 12 reads them
+      __syncthreads();  // P̃_ij and the factors are complete before line 12 reads them
 
-      // Line 12: O_i ← keep · O_i + add · P̃_ij V_j; write O_i back to HBM. A
-      // thread owns one element of O_i (step 4: four neighbouring ones, a float4).
-      for (int e = tid; e < rows * d; e += kThreads) {
-        const int r = e / d, k = e % d;
-        float pv = 0.0f;  // (P̃_ij V_j)[r, k]
-        for (int c = 0; c < Bc; ++c) {
-          const float p = Sij[r * Bc + c];
-          const float v = Vj[c * ld + k];
-          pv = fmaf(p, v, pv);
+      // Line 12: O_i ← keep · O_i + add · P̃_ij V_j; write O_i back to HBM. A warp
+      // per row again: its lanes split the row's d columns.
+      for (int r = warp; r < rows; r += kWarps) {
+        for (int k = lane; k < d; k += kWarpSize) {
+          float pv = 0.0f;  // (P̃_ij V_j)[r, k]
+          for (int c = 0; c < Bc; ++c) {
+            const float p = Sij[r * Bc + c];
+            const float v = Vj[c * ld + k];
+            pv = fmaf(p, v, pv);
+          }
+          const float o = keep[r] * Oi[r * ld + k] + add[r] * pv;
+          Oi[r * ld + k] = o;
+          O[size_t(q0 + r) * d + k] = o;
         }
-        const float o = keep[r] * Oi[r * ld + k] + add[r] * pv;
-        Oi[r * ld + k] = o;
-        O[size_t(q0 + r) * d + k] = o;
       }
       // Line 13: write l_i^new, m_i^new back to HBM.
       for (int r = tid; r < rows; r += kThreads) {
         l[q0 + r] = li_new[r];
         m[q0 + r] = mi_new[r];
       }
-      // Faster threads would otherwise load the next Q_i, O_i (or, after the
-      // last i, the next K_j, V_j) over tiles that slower threads still read.
-      syncthreads();
+      // Faster threads would otherwise load the next tiles over ones that slower
+      // threads still read.
+      __syncthreads();
     }
   }
   //! [algorithm 1]
@@ -229,63 +221,24 @@ void attention_kernel(sim::Global<const float> Q_all, sim::Global<const float> K
 }
 //! [kernel]
 
+//! [launch]
+/// Launches the kernel for the tiles T: one block of kThreads threads per
+/// (batch, head), the shared memory of the tiles, on the simulator. The
+/// workspace holds l and m: (B, H, N_q) each, in global memory ("HBM").
+sim::Counters launch(const LaunchArgs& a, const Tiles& T) {
+  const common::Shape& shape = a.shape;
+  const auto l = a.l;
+  const auto m = a.m;
+  const dim3 grid(unsigned(shape.batch_heads())), block(kThreads);
+  const size_t shared_bytes = T.smem_bytes();
+  return a.device->launch(grid, block, shared_bytes, attention_kernel, a.q, a.k, a.v, a.o, a.lse, l, m,
+                          int(shape.seq_q), int(shape.seq_kv), a.scale, a.causal, T);
+}
+//! [launch]
+
 }  // namespace
 
 int threads_per_block() { return kThreads; }
-
-common::Result run_kernel(Kernel kernel, const common::Problem& problem, const common::Options& options) {
-  common::validate(problem);
-  const common::Shape& shape = problem.shape;
-  const int64_t M = options.sram_floats > 0 ? options.sram_floats : kDefaultSramFloats;
-
-  //! [launch]
-  const Tiles T = make_tiles(M, shape);
-  common::Result result = common::allocate_result(shape);
-  common::Workspace<float> l_hbm(static_cast<size_t>(shape.lse_elements()));  // l: (B, H, N_q) in "HBM"
-  common::Workspace<float> m_hbm(static_cast<size_t>(shape.lse_elements()));  // m: (B, H, N_q) in "HBM"
-
-  sim::Device device;
-  const auto Q = device.global("Q", problem.q);
-  const auto K = device.global("K", problem.k);
-  const auto V = device.global("V", problem.v);
-  const auto O = device.global("O", result.o.data(), shape.q_elements());
-  const auto l = device.global("l", l_hbm.data(), shape.lse_elements());
-  const auto m = device.global("m", m_hbm.data(), shape.lse_elements());
-  const auto L = device.global("L", result.lse.data(), shape.lse_elements());
-
-  // One block of kThreads threads per (batch, head), the shared memory of the tiles.
-  const sim::dim3 grid{unsigned(shape.batch_heads())};
-  const sim::dim3 block{unsigned(kThreads)};
-  const int64_t shared_bytes = T.smem_floats() * int64_t(sizeof(float));
-  const sim::Counters counters = device.launch(grid, block, shared_bytes, kernel, Q, K, V, O, l, m, L,
-                                               int(shape.seq_q), int(shape.seq_kv), problem.scale, problem.causal, T);
-  //! [launch]
-
-  result.traffic = common::Traffic{counters.global_read_bytes(), counters.global_write_bytes()};
-  const common::Traffic closed = common::algorithm1_traffic(shape, common::algorithm1_tiles(M, shape));
-  result.extra = {{"B_c", double(T.Bc)},
-                  {"B_r", double(T.Br)},
-                  {"sram_floats", double(M)},
-                  {"threads_per_block", double(block.count())},
-                  {"shared_bytes_per_block", double(shared_bytes)}};
-  for (const sim::Counters::Tensor& t : counters.global) {  // the directions a tensor is moved in
-    if (t.read_bytes > 0) result.extra.push_back({t.name + "_read_bytes", double(t.read_bytes)});
-    if (t.write_bytes > 0) result.extra.push_back({t.name + "_write_bytes", double(t.write_bytes)});
-  }
-  result.extra.insert(result.extra.end(),
-                      {{"smem_read_bytes", double(counters.smem_read_bytes)},
-                       {"smem_write_bytes", double(counters.smem_write_bytes)},
-                       {"barriers", double(counters.barriers)},
-                       {"shuffles", double(counters.shuffles)},
-                       {"closed_form_read_bytes", double(closed.hbm_read_bytes)},
-                       {"closed_form_write_bytes", double(closed.hbm_write_bytes)},
-                       {"paper_bound_bytes", common::flash_attention_bound_bytes(shape, M)}});
-  return result;
-}
-
-common::Result attention_forward(const common::Problem& problem, const common::Options& options) {
-  return run_kernel(attention_kernel, problem, options);
-}
 
 common::StepInfo describe() {
   common::StepInfo info;
@@ -294,7 +247,12 @@ common::StepInfo describe() {
   info.forward = [](const common::Problem& p, const common::Options& o) { return attention_forward(p, o); };
   info.uses_sram_budget = true;
   info.default_sram_floats = kDefaultSramFloats;
+  info.cpu_flops_per_s = 2.5e7;  // every access checked: about 25 MFLOP/s
   return info;
+}
+
+common::Result attention_forward(const common::Problem& problem, const common::Options& options) {
+  return run_on_simulator(launch, problem, options);
 }
 
 }  // namespace step03

@@ -21,32 +21,50 @@ struct Tiles {
   int d = 1;   ///< head dimension
   int Bc = 1;  ///< rows of K_j, V_j (columns of S_ij)
   int Br = 1;  ///< rows of Q_i, O_i, S_ij
-  int ld = 1;  ///< row stride of Q_i, K_j, V_j, O_i in shared memory (d + padding)
+  int ld = 1;  ///< row stride of Q_i, K_j, V_j, O_i in shared memory (d + 1)
   /// Shared memory: K_j, V_j (B_c, ld); Q_i, O_i (B_r, ld); S_ij (B_r, B_c);
   /// m_i, l_i, m_i^new, l_i^new and the two line-12 factors (B_r) each.
-  int64_t smem_floats() const {
-    return int64_t{2} * Bc * ld + int64_t{2} * Br * ld + int64_t{Br} * Bc + int64_t{6} * Br;
+  int64_t smem_bytes() const {
+    return (int64_t{2} * Bc * ld + int64_t{2} * Br * ld + int64_t{Br} * Bc + int64_t{6} * Br) * 4;
   }
 };
 
-/// The signature of an Algorithm 1 kernel: Q, K, V in, O and L out, l and m as
-/// "HBM" working arrays; all (B, H, ...) tensors, one block per (batch, head).
-using Kernel = void (*)(sim::Global<const float> Q_all, sim::Global<const float> K_all,
-                        sim::Global<const float> V_all, sim::Global<float> O_all, sim::Global<float> l_all,
-                        sim::Global<float> m_all, sim::Global<float> L_all, int n_q, int n_kv, float scale,
-                        bool causal, Tiles T);
+/// The tiles of Algorithm 1 for the budget M (`--sram-floats`) and `shape` (attention.cpp).
+Tiles make_tiles(int64_t sram_floats, const common::Shape& shape);
 
 /// The number of threads in a block (step 4: 1024; see attention.cpp).
 int threads_per_block();
 
-/// The launcher: tiles from `options.sram_floats` (M; 0 = the default), one
-/// block of threads_per_block() threads per (batch, head), then `kernel` on the
-/// simulator. Fills `result.traffic` from the simulator's counters and
-/// `result.extra` with them beside Algorithm 1's closed form and the paper's
-/// bound. Throws sim::CheckFailed when a check finds something.
-common::Result run_kernel(Kernel kernel, const common::Problem& problem, const common::Options& options = {});
+/// A launch's tensors in the simulator's global memory (step 4: common::DeviceArgs).
+struct LaunchArgs {
+  common::Shape shape;        ///< sizes
+  bool causal = false;        ///< top-left aligned mask
+  float scale = 1.0f;         ///< softmax scale
+  sim::Ptr<const float> q;    ///< Q: (B, H, N_q, d)
+  sim::Ptr<const float> k;    ///< K: (B, H, N_kv, d)
+  sim::Ptr<const float> v;    ///< V: (B, H, N_kv, d)
+  sim::Ptr<float> o;          ///< O: (B, H, N_q, d)
+  sim::Ptr<float> lse;        ///< L: (B, H, N_q)
+  sim::Ptr<float> l;          ///< l: (B, H, N_q), a working array in "HBM"
+  sim::Ptr<float> m;          ///< m: (B, H, N_q), a working array in "HBM"
+  sim::Device* device = nullptr;  ///< the simulator that runs the launch
+};
 
-/// Computes O and L with the step's kernel (run_kernel on its attention_kernel).
+/// A kernel launch on the simulator, for the tiles T; returns its counters.
+using LaunchFn = sim::Counters (*)(const LaunchArgs& args, const Tiles& T);
+
+/// The host side (run.cpp): validates, derives the tiles from
+/// `options.sram_floats`, places the tensors in the simulator's global memory,
+/// calls `launch`, and fills `result.traffic` and `result.extra` from the counters
+/// beside Algorithm 1's closed form and the paper's bound.
+common::Result run_on_simulator(LaunchFn launch, const common::Problem& problem, const common::Options& options);
+
+/// Computes O and L with the step's kernel on the simulator: tiles from
+/// `options.sram_floats` (M; 0 = the default), one block of threads_per_block()
+/// threads per (batch, head). Fills `result.traffic` from the simulator's
+/// counters and `result.extra` with them beside Algorithm 1's closed form and
+/// the paper's bound; shows progress on stderr when `options.progress`. Throws
+/// sim::CheckFailed when a check finds something.
 common::Result attention_forward(const common::Problem& problem, const common::Options& options = {});
 
 /// This step as the program driver, the tour and the benchmarks see it.

@@ -21,6 +21,11 @@
 ///    When every thread still in the kernel waits and nothing can complete (some
 ///    at a barrier, lanes of their warp at a shuffle), that is reported too:
 ///    divergence is reported, never a hang.
+///  - A pointer (Ptr) carries the array it points into (detail::Array): a
+///    global tensor, the block's whole shared memory, or a shared array named
+///    with sim::name(). An access is bounds-checked against that array; the
+///    names of one block are kept in one list, where a new name is checked
+///    against the others for overlap.
 ///  - A shuffle's values pass through per-warp slots under that mutex, not
 ///    through shared memory: a shuffle is not a race, and not a barrier either.
 ///  - A finding stops the launch: the thread that made it ends, the others end
@@ -38,6 +43,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/progress.hpp"
 #include "common/workspace.hpp"
 
 namespace step03::sim {
@@ -76,6 +82,19 @@ int64_t Counters::global_write_bytes() const {
   return sum;
 }
 
+std::vector<std::pair<std::string, double>> Counters::named() const {
+  std::vector<std::pair<std::string, double>> v;
+  for (const Tensor& t : global) {  // the directions a tensor is moved in
+    if (t.read_bytes > 0) v.push_back({t.name + "_read_bytes", double(t.read_bytes)});
+    if (t.write_bytes > 0) v.push_back({t.name + "_write_bytes", double(t.write_bytes)});
+  }
+  v.insert(v.end(), {{"smem_read_bytes", double(smem_read_bytes)},
+                     {"smem_write_bytes", double(smem_write_bytes)},
+                     {"barriers", double(barriers)},
+                     {"shuffles", double(shuffles)}});
+  return v;
+}
+
 namespace detail {
 
 namespace {
@@ -100,8 +119,8 @@ std::string file_and_line(const std::source_location& site) {
 /// What a thread is doing, as the barrier and shuffle bookkeeping sees it.
 enum class Where {
   running,  ///< between barriers and shuffles
-  barrier,  ///< waiting at a block barrier (syncthreads)
-  shuffle,  ///< waiting at a warp shuffle (shfl_xor_sync)
+  barrier,  ///< waiting at a block barrier (__syncthreads)
+  shuffle,  ///< waiting at a warp shuffle (__shfl_xor_sync)
   left,     ///< left the kernel
 };
 
@@ -120,13 +139,6 @@ constexpr int kYields = 8;
 bool same_site(const std::source_location& a, const std::source_location& b) {
   return a.line() == b.line() && std::strcmp(a.file_name(), b.file_name()) == 0;
 }
-
-/// A named shared view, for the overlap check.
-struct ViewRecord {
-  std::string name;  ///< as given to SharedArena::view
-  int64_t offset;    ///< first float in the arena
-  int64_t count;     ///< floats
-};
 
 }  // namespace
 
@@ -161,6 +173,9 @@ struct BlockState {
         read2(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
         warp_count((threads + warpSize - 1) / warpSize), warps(new WarpState[static_cast<size_t>(warp_count)]),
         arrivals(static_cast<size_t>(threads)), live(threads) {
+    smem.name = "smem";
+    smem.shared = true;
+    smem.size = arena_floats;
     for (int64_t w = 0; w < warp_count; ++w) {
       warps[w].first = w * warpSize;
       warps[w].size = warps[w].lanes = std::min<int64_t>(warpSize, threads - w * warpSize);
@@ -423,8 +438,15 @@ struct BlockState {
   /// A second, different reader of each float in the same phase (so that a later
   /// write by either reader is still seen as racing with the other).
   std::unique_ptr<std::atomic<uint64_t>[]> read2;
-  std::mutex views_mutex;         ///< guards `views`
-  std::vector<ViewRecord> views;  ///< the named shared views carved so far
+  /// The whole of `arena`, as dynamic_shared() points to it.
+  Array smem;
+  std::mutex names_mutex;  ///< guards `named`
+  /// The shared arrays named so far (a deque: pointers point at them).
+  std::deque<Array> named;
+
+  common::Progress* progress = nullptr;  ///< the launch's progress bar, moved by thread 0's barriers
+  int64_t progress_before = 0;           ///< its units done before this block
+  int64_t progress_barriers = 0;         ///< the barriers a block is expected to pass
 
   int64_t warp_count;                   ///< warps in the block (the last one may be partial)
   std::unique_ptr<WarpState[]> warps;   ///< the warps
@@ -461,23 +483,23 @@ std::string range(int64_t offset, int64_t count) {
   return s.str();
 }
 
-/// Checks index `i` of a shared view and returns its element in the arena.
-int64_t shared_element(BlockState& b, const char* name, int64_t offset, int64_t count, int64_t i) {
+/// Checks element `e` of shared array `array` and returns its float in the arena.
+int64_t shared_element(BlockState& b, const Array& array, int64_t e) {
   if (b.cancelled.load(std::memory_order_relaxed)) throw Abort{};
-  if (i < 0 || i >= count) {
-    b.fail(Check::out_of_bounds, name, i, {},
-           "shared " + std::string(name) + "[" + std::to_string(i) + "] is outside " + name + "'s " +
-               std::to_string(count) + " elements (arena floats " + range(offset, count) + ")");
+  if (e < 0 || e >= array.size) {
+    b.fail(Check::out_of_bounds, array.name, e, {},
+           "shared " + array.name + "[" + std::to_string(e) + "] is outside " + array.name + "'s " +
+               std::to_string(array.size) + " elements (shared floats " + range(array.first, array.size) + ")");
   }
-  return offset + i;
+  return array.first + e;
 }
 
 }  // namespace
 
-float shared_load(const char* name, int64_t offset, int64_t count, int64_t i) {
+float shared_load(const Array& array, int64_t e) {
   BlockState& b = current_block();
   ThreadContext& ctx = *this_thread;
-  const int64_t a = shared_element(b, name, offset, count, i);
+  const int64_t a = shared_element(b, array, e);
   // Note this read first (as the first reader, or as a second, different one),
   // then look for a write by another thread in this phase.
   const uint64_t me = shadow(ctx.phase, ctx.tid);
@@ -490,13 +512,13 @@ float shared_load(const char* name, int64_t offset, int64_t count, int64_t i) {
     }
   }
   const uint64_t w = b.written[a].load();
-  const auto element = [&] { return std::string(name) + "[" + std::to_string(i) + "]"; };
+  const auto element = [&] { return array.name + "[" + std::to_string(e) + "]"; };
   if (w == 0) {
-    b.fail(Check::uninitialised_read, name, i, {},
+    b.fail(Check::uninitialised_read, array.name, e, {},
            "shared " + element() + " is read, but no thread has written it since the launch");
   }
   if (shadow_phase(w) == ctx.phase && shadow_thread(w) != ctx.tid) {
-    b.fail(Check::shared_race, name, i, {shadow_thread(w)},
+    b.fail(Check::shared_race, array.name, e, {shadow_thread(w)},
            "shared " + element() + " is read by thread " + b.thread_name(ctx.tid) + " and written by thread " +
                b.thread_name(shadow_thread(w)) + " with no barrier between them");
   }
@@ -504,21 +526,21 @@ float shared_load(const char* name, int64_t offset, int64_t count, int64_t i) {
   return b.arena[size_t(a)].load(std::memory_order_relaxed);
 }
 
-void shared_store(const char* name, int64_t offset, int64_t count, int64_t i, float value) {
+void shared_store(const Array& array, int64_t e, float value) {
   BlockState& b = current_block();
   ThreadContext& ctx = *this_thread;
-  const int64_t a = shared_element(b, name, offset, count, i);
+  const int64_t a = shared_element(b, array, e);
   // Note this write first, then look for another thread's access in this phase.
   const uint64_t w = b.written[a].exchange(shadow(ctx.phase, ctx.tid));
-  const auto element = [&] { return std::string(name) + "[" + std::to_string(i) + "]"; };
+  const auto element = [&] { return array.name + "[" + std::to_string(e) + "]"; };
   if (shadow_phase(w) == ctx.phase && shadow_thread(w) != ctx.tid) {
-    b.fail(Check::shared_race, name, i, {shadow_thread(w)},
+    b.fail(Check::shared_race, array.name, e, {shadow_thread(w)},
            "shared " + element() + " is written by thread " + b.thread_name(ctx.tid) + " and by thread " +
                b.thread_name(shadow_thread(w)) + " with no barrier between them");
   }
   for (const uint64_t r : {b.read[a].load(), b.read2[a].load()}) {
     if (shadow_phase(r) == ctx.phase && shadow_thread(r) != ctx.tid) {
-      b.fail(Check::shared_race, name, i, {shadow_thread(r)},
+      b.fail(Check::shared_race, array.name, e, {shadow_thread(r)},
              "shared " + element() + " is written by thread " + b.thread_name(ctx.tid) + " and read by thread " +
                  b.thread_name(shadow_thread(r)) + " with no barrier between them");
     }
@@ -527,91 +549,137 @@ void shared_store(const char* name, int64_t offset, int64_t count, int64_t i, fl
   b.arena[size_t(a)].store(value, std::memory_order_relaxed);
 }
 
-void global_out_of_bounds(const std::string& name, int64_t base, int64_t count, int64_t index, int64_t tensor_size) {
-  if (this_thread == nullptr) throw std::out_of_range("global " + name + ": index outside the tensor");
-  BlockState& b = *this_thread->block;
-  b.fail(Check::out_of_bounds, name, index, {},
-         "global " + name + "[" + std::to_string(index) + "] is outside the view of " + std::to_string(count) +
-             " elements (" + name + " elements " + range(base, count) + " of " + std::to_string(tensor_size) +
-             ")");
+void bad_access(const Array* array) {
+  if (this_thread == nullptr) {
+    throw std::logic_error(array ? "an access to " + array->name + " outside a kernel"
+                                 : "an access through a null pointer outside a kernel");
+  }
+  current_block().fail(Check::out_of_bounds, "", -1, {}, "an access through a pointer that points nowhere");
+}
+
+void global_out_of_bounds(const Array& array, int64_t base, int64_t index) {
+  const int64_t e = base + index;
+  std::string what = "global " + array.name + "[" + std::to_string(e) + "] is " +
+                     (e < 0 ? "before the start" : "past the end") + " of " + array.name + " (" +
+                     std::to_string(array.size) + " elements)";
+  if (base != 0) {
+    what += ": index " + std::to_string(index) + " from a pointer to " + array.name + "[" + std::to_string(base) + "]";
+  }
+  current_block().fail(Check::out_of_bounds, array.name, e, {}, what);
 }
 
 }  // namespace detail
 
-SharedArena dynamic_shared() {
-  detail::current_block();
-  return SharedArena{};
+void name(std::initializer_list<Named> arrays) {
+  for (const Named& a : arrays) name(a.p, a.name, a.count);
 }
 
-int64_t SharedArena::size() const { return int64_t(detail::current_block().arena.size()); }
+Ptr<float> dynamic_shared() {
+  return Ptr<float>(&detail::current_block().smem, 0);
+}
 
-Shared SharedArena::view(const char* name, int64_t offset, int64_t count) const {
+void name(Ptr<float>& p, const char* name, int64_t count) {
   detail::BlockState& b = detail::current_block();
-  if (offset < 0 || count < 0 || offset + count > size()) {
-    b.fail(Check::out_of_bounds, name, offset + count - 1, {},
-           "shared view " + std::string(name) + " " + detail::range(offset, count) + " does not fit in the " +
-               std::to_string(size()) + "-float dynamic shared memory");
+  if (p.array_ == nullptr || !p.array_->shared) {
+    throw std::invalid_argument(std::string("sim::name(") + name + "): names arrays in shared memory only, not " +
+                                (p.array_ ? "the global tensor " + p.array_->name : std::string("a null pointer")));
   }
-  std::unique_lock lock(b.views_mutex);
-  for (const detail::ViewRecord& v : b.views) {
+  const int64_t first = p.array_->first + p.offset_, size = b.smem.size;
+  if (first < 0 || count < 0 || first + count > size) {
+    b.fail(Check::out_of_bounds, name, first + count - 1, {},
+           "shared array " + std::string(name) + " " + detail::range(first, count) + " does not fit in the " +
+               std::to_string(size) + "-float dynamic shared memory");
+  }
+  std::unique_lock lock(b.names_mutex);
+  for (const detail::Array& v : b.named) {
     const bool same_name = v.name == name;
-    if (same_name && v.offset == offset && v.count == count) return Shared(name, offset, count);
-    const int64_t lo = std::max(v.offset, offset), hi = std::min(v.offset + v.count, offset + count);
+    if (same_name && v.first == first && v.size == count) {
+      p = Ptr<float>(&v, 0);
+      return;
+    }
+    const int64_t lo = std::max(v.first, first), hi = std::min(v.first + v.size, first + count);
     if (same_name || lo < hi) {
       lock.unlock();
-      b.fail(Check::overlapping_buffers, name, lo - offset, {},
-             "shared view " + std::string(name) + " " + detail::range(offset, count) +
-                 (same_name ? " was carved before as " : " overlaps ") + v.name + " " +
-                 detail::range(v.offset, v.count) +
+      b.fail(Check::overlapping_buffers, name, lo - first, {},
+             "shared array " + std::string(name) + " " + detail::range(first, count) +
+                 (same_name ? " was named before as " : " overlaps ") + v.name + " " +
+                 detail::range(v.first, v.size) +
                  (same_name ? ""
-                            : " in floats " + detail::range(lo, hi - lo) + ": " + name + "[" +
-                                  std::to_string(lo - offset) + "] is " + v.name + "[" + std::to_string(lo - v.offset) +
+                            : " in shared floats " + detail::range(lo, hi - lo) + ": " + name + "[" +
+                                  std::to_string(lo - first) + "] is " + v.name + "[" + std::to_string(lo - v.first) +
                                   "]"));
     }
   }
-  b.views.push_back({name, offset, count});
-  return Shared(name, offset, count);
+  detail::Array& a = b.named.emplace_back();
+  a.name = name;
+  a.shared = true;
+  a.first = first;
+  a.size = count;
+  p = Ptr<float>(&a, 0);
 }
 
-void syncthreads(std::source_location site) {
+}  // namespace step03::sim
+
+// CUDA's global functions (declared in simulator.hpp).
+namespace detail = step03::sim::detail;
+
+void __syncthreads(std::source_location site) {
   detail::BlockState& b = detail::current_block();
   detail::ThreadContext& ctx = *detail::this_thread;
   b.wait_at_barrier(ctx.tid, site);
   ++ctx.phase;
   ctx.last_barrier = site;
+  if (ctx.tid == 0) b.progress->update(b.progress_before + std::min(ctx.phase, b.progress_barriers));
 }
 
-float shfl_xor_sync(unsigned mask, float value, int lane_mask, std::source_location site) {
+float __shfl_xor_sync(unsigned mask, float var, int laneMask, int width, std::source_location site) {
   detail::BlockState& b = detail::current_block();
   const detail::ThreadContext& ctx = *detail::this_thread;
   const detail::WarpState& w = b.warp_of(ctx.tid);
+  const std::string where = "__shfl_xor_sync at " + detail::file_and_line(site);
   if (mask != 0xffffffffu) {
-    throw std::invalid_argument("shfl_xor_sync at " + detail::file_and_line(site) +
-                                ": the simulator models whole-warp shuffles only (mask 0xffffffff), not mask " +
+    throw std::invalid_argument(where + ": the simulator models whole-warp shuffles only (mask 0xffffffff), not mask " +
                                 std::to_string(mask));
   }
-  if (lane_mask < 0 || lane_mask >= warpSize) {
-    throw std::invalid_argument("shfl_xor_sync at " + detail::file_and_line(site) + ": lane mask " +
-                                std::to_string(lane_mask) + " is outside [0, 32)");
+  if (width != step03::sim::warpSize) {
+    throw std::invalid_argument(where + ": the simulator models whole-warp shuffles only (width 32), not width " +
+                                std::to_string(width));
   }
-  if (w.size != warpSize) {
-    throw std::invalid_argument("shfl_xor_sync at " + detail::file_and_line(site) + ": warp " +
-                                std::to_string(w.first / warpSize) + " of a block of " + std::to_string(b.threads) +
-                                " threads has " + std::to_string(w.size) +
+  if (laneMask < 0 || laneMask >= step03::sim::warpSize) {
+    throw std::invalid_argument(where + ": lane mask " + std::to_string(laneMask) + " is outside [0, 32)");
+  }
+  if (w.size != step03::sim::warpSize) {
+    throw std::invalid_argument(where + ": warp " + std::to_string(w.first / step03::sim::warpSize) + " of a block of " +
+                                std::to_string(b.threads) + " threads has " + std::to_string(w.size) +
                                 " lanes; the simulator shuffles whole warps only (a block of a multiple of 32 threads)");
   }
   const int lane = int(ctx.tid - w.first);
-  return b.wait_at_shuffle(ctx.tid, value, lane ^ lane_mask, site);
+  return b.wait_at_shuffle(ctx.tid, var, lane ^ laneMask, site);
 }
 
-Global<const float> Device::global(const std::string& name, const std::vector<float>& data) {
-  names_.push_back(name);
-  return Global<const float>(&names_.back(), int(names_.size()) - 1, data.data(), int64_t(data.size()));
+namespace step03::sim {
+
+Ptr<const float> Device::global(const std::string& name, const std::vector<float>& data) {
+  detail::Array& a = tensors_.emplace_back();
+  a.name = name;
+  a.size = int64_t(data.size());
+  a.data = const_cast<float*>(data.data());  // only ever loaded: a Ptr<const float> has no stores
+  a.tensor = int(tensors_.size()) - 1;
+  return Ptr<const float>(&a, 0);
 }
 
-Global<float> Device::global(const std::string& name, float* data, int64_t count) {
-  names_.push_back(name);
-  return Global<float>(&names_.back(), int(names_.size()) - 1, data, count);
+Ptr<float> Device::global(const std::string& name, float* data, int64_t count) {
+  detail::Array& a = tensors_.emplace_back();
+  a.name = name;
+  a.size = count;
+  a.data = data;
+  a.tensor = int(tensors_.size()) - 1;
+  return Ptr<float>(&a, 0);
+}
+
+void Device::show_progress(bool enabled, int64_t barriers_per_block) {
+  progress_ = enabled;
+  barriers_per_block_ = std::max<int64_t>(barriers_per_block, 0);
 }
 
 Counters Device::run(dim3 grid, dim3 block, int64_t shared_bytes, const std::function<void()>& body) {
@@ -624,18 +692,24 @@ Counters Device::run(dim3 grid, dim3 block, int64_t shared_bytes, const std::fun
                                 std::to_string(shared_bytes) + " bytes");
   }
   Counters counters;
-  for (const std::string& n : names_) counters.global.push_back({n, 0, 0});
+  for (const detail::Array& t : tensors_) counters.global.push_back({t.name, 0, 0});
   std::mutex counters_mutex;
+  // Units of progress: per block, the barriers thread 0 passes, then the block's end.
+  const int64_t per_block = barriers_per_block_ + 1;
+  common::Progress progress(progress_, grid.count() * per_block);
 
   for (int64_t blk = 0; blk < grid.count(); ++blk) {
     const dim3 idx(unsigned(blk % grid.x), unsigned(blk / grid.x % grid.y), unsigned(blk / (int64_t{grid.x} * grid.y)));
     detail::BlockState state(idx, block, shared_bytes / int64_t(sizeof(float)));
+    state.progress = &progress;
+    state.progress_before = blk * per_block;
+    state.progress_barriers = barriers_per_block_;
     const auto thread_main = [&](int64_t tid) {
       detail::ThreadContext ctx;
       ctx.block = &state;
       ctx.tid = tid;
-      ctx.global_read.assign(names_.size(), 0);
-      ctx.global_write.assign(names_.size(), 0);
+      ctx.global_read.assign(tensors_.size(), 0);
+      ctx.global_write.assign(tensors_.size(), 0);
       detail::this_thread = &ctx;
       threadIdx = state.thread_of(tid);
       blockIdx = idx;
@@ -656,7 +730,7 @@ Counters Device::run(dim3 grid, dim3 block, int64_t shared_bytes, const std::fun
       std::lock_guard lock(counters_mutex);
       counters.smem_read_bytes += ctx.smem_read * int64_t(sizeof(float));
       counters.smem_write_bytes += ctx.smem_write * int64_t(sizeof(float));
-      for (size_t t = 0; t < names_.size(); ++t) {
+      for (size_t t = 0; t < tensors_.size(); ++t) {
         counters.global[t].read_bytes += ctx.global_read[t] * int64_t(sizeof(float));
         counters.global[t].write_bytes += ctx.global_write[t] * int64_t(sizeof(float));
       }
@@ -670,6 +744,7 @@ Counters Device::run(dim3 grid, dim3 block, int64_t shared_bytes, const std::fun
     if (state.first) throw CheckFailed(*state.first, state.more);
     counters.barriers += state.barriers;
     counters.shuffles += state.shuffles;
+    progress.update((blk + 1) * per_block);
   }
   return counters;
 }

@@ -62,7 +62,7 @@ TEST_CASE("step03: named fixtures with the budgets their sources used") {
 TEST_CASE("step03: more rows than threads, and a head dimension that is not a multiple of 32") {
   // d = 160 and M = 2^17 give B_r = 160 rows: 3 per thread in line 8, 80 per warp in lines 10-11.
   const common::Problem p =
-      common::make_random_problem(common::Shape{1, 1, 300, 50, 160}, true, 0.0f, common::testing::run_seed());
+      common::make_random_problem(common::Shape{1, 1, 300, 50, 160}, true, std::nullopt, common::testing::run_seed());
   REQUIRE(common::algorithm1_tiles(int64_t{1} << 17, p.shape).Br > step03::threads_per_block());
   common::testing::check_problem(step03::describe(), p, with_budget(int64_t{1} << 17));
 }
@@ -79,7 +79,7 @@ TEST_CASE("step03: counted global traffic equals the closed form of Algorithm 1"
   for (const auto& [M, s] : cases) {
     CAPTURE(M);
     CAPTURE(common::describe(s));
-    const common::Problem p = common::make_random_problem(s, false, 0.0f, 3);
+    const common::Problem p = common::make_random_problem(s, false, std::nullopt, 3);
     const common::Result r = step03::attention_forward(p, with_budget(M));
     REQUIRE(r.traffic.has_value());
     const common::Algorithm1Tiles t = common::algorithm1_tiles(M, s);
@@ -106,7 +106,7 @@ TEST_CASE("step03: counted global traffic equals the closed form of Algorithm 1"
 
 TEST_CASE("step03: shared traffic — each score reads a row of Q_i and of K_j") {
   const common::Shape s{1, 1, 64, 64, 16};
-  const common::Problem p = common::make_random_problem(s, false, 0.0f, 4);
+  const common::Problem p = common::make_random_problem(s, false, std::nullopt, 4);
   const common::Result r = step03::attention_forward(p, with_budget(4 * 16 * 16));  // B_c = B_r = 16
   const auto x = extras(r);
   const double n = 64, d = 16, Bc = 16, Tc = 4;

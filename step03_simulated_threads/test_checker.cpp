@@ -1,210 +1,63 @@
 /// \file step03_simulated_threads/test_checker.cpp
-/// \brief The simulator's checks at work: copies of the kernel with a planted bug, each reported by the right check.
+/// \brief The simulator's checks at work: the real kernel with a planted bug, each reported by the right check.
 ///
-/// `planted<bug>` is attention_kernel from attention.cpp, line for line, with
-/// one switch per bug; each switch is marked PLANTED. With Bug::none it must
-/// compute the right answer, so the copy cannot drift from the kernel unnoticed.
+/// Each bugs/NAME.patch plants one bug in attention.cpp; the build applies it to
+/// a copy of the kernel file, in namespace step03::bugs::NAME (see
+/// CMakeLists.txt), so the tests below run the real kernel, never a hand copy
+/// that could drift from it. A patch that no longer applies fails the build.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <cmath>
+#include <unistd.h>
+
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "attention.hpp"
 #include "common/fixtures.hpp"
 #include "common/testing.hpp"
+#include "simulator.hpp"
+
+// The kernels of bugs/*.patch, each built from attention.cpp with its patch applied.
+namespace step03::bugs {
+#define STEP03_PLANTED_BUG(NAME) \
+  namespace NAME {               \
+  common::Result attention_forward(const common::Problem& problem, const common::Options& options); \
+  }
+STEP03_PLANTED_BUG(missing_barrier)
+STEP03_PLANTED_BUG(overlapping_views)
+STEP03_PLANTED_BUG(tail_off_by_one)
+STEP03_PLANTED_BUG(barrier_in_branch)
+STEP03_PLANTED_BUG(l_m_not_loaded)
+#undef STEP03_PLANTED_BUG
+}  // namespace step03::bugs
 
 namespace {
 
-using step03::Tiles;
-using step03::sim::blockIdx;
 using step03::sim::Check;
 using step03::sim::CheckFailed;
-using step03::sim::shfl_xor_sync;
-using step03::sim::syncthreads;
-using step03::sim::threadIdx;
-using std::min;
 namespace sim = step03::sim;
+namespace bugs = step03::bugs;
 
-/// The bugs planted in the copy of the kernel.
-enum class Bug {
-  none,               ///< the kernel as it is
-  missing_barrier,    ///< the last barrier of the i loop deleted
-  overlapping_views,  ///< seed 000's slip: V_j starts at B_c + ld instead of B_c · ld
-  tail_off_by_one,    ///< the K_j/V_j tail guard reads one row too many
-  barrier_in_branch,  ///< a barrier inside `if (lane == 0)`, which the other lanes skip
-  l_m_not_loaded,     ///< line 8 forgets l_i and m_i
-};
-
-// The constants and warp reductions of attention.cpp.
-constexpr int kThreads = 64;
-constexpr int kWarps = kThreads / 32;
-constexpr int kWarpSize = 32;
-
-/// warp_max of attention.cpp.
-float warp_max(float x) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x = fmaxf(x, shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
+/// The problem where every planted bug shows, as in the page's exercises:
+/// N_q = 20, N_kv = 37, d = 8, one head, M = 256, so B_c = B_r = 8, 64 threads,
+/// and the last Q and K/V tiles are short (4 and 5 rows).
+common::Problem exercise_problem(bool causal, uint64_t seed) {
+  return common::make_random_problem(common::Shape{1, 1, 20, 37, 8}, causal, std::nullopt, seed);
 }
 
-/// warp_sum of attention.cpp.
-float warp_sum(float x) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x += shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-/// attention_kernel of attention.cpp with `bug` planted.
-template <Bug bug>
-void planted(sim::Global<const float> Q_all, sim::Global<const float> K_all, sim::Global<const float> V_all,
-             sim::Global<float> O_all, sim::Global<float> l_all, sim::Global<float> m_all, sim::Global<float> L_all,
-             int n_q, int n_kv, float scale, bool causal, Tiles T) {
-  const int Bc = T.Bc, Br = T.Br, ld = T.ld, d = T.d;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int Tc = (n_kv + Bc - 1) / Bc, Tr = (n_q + Br - 1) / Br;
-
-  // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); l, m, L: (N_q) in global memory.
-  const size_t bh = blockIdx.x;
-  const auto Q = Q_all.slice(bh * n_q * d, n_q * d);
-  const auto K = K_all.slice(bh * n_kv * d, n_kv * d);
-  const auto V = V_all.slice(bh * n_kv * d, n_kv * d);
-  const auto O = O_all.slice(bh * n_q * d, n_q * d);
-  const auto l = l_all.slice(bh * n_q, n_q);
-  const auto m = m_all.slice(bh * n_q, n_q);
-  const auto L = L_all.slice(bh * n_q, n_q);
-
-  const sim::SharedArena smem = sim::dynamic_shared();  // the block's dynamic shared memory, carved into named views
-  const sim::Shared Kj = smem.view("Kj", 0, Bc * ld);                         // K_j: (B_c, d), row stride ld, in shared memory
-  const int vj_offset = bug == Bug::overlapping_views ? Kj.offset() + Bc + ld : Kj.offset() + Bc * ld;  // PLANTED
-  const sim::Shared Vj = smem.view("Vj", vj_offset, Bc * ld);                 // V_j: (B_c, d), row stride ld
-  const sim::Shared Qi = smem.view("Qi", Vj.offset() + Bc * ld, Br * ld);     // Q_i: (B_r, d), row stride ld
-  const sim::Shared Oi = smem.view("Oi", Qi.offset() + Br * ld, Br * ld);     // O_i: (B_r, d), row stride ld
-  const sim::Shared Sij = smem.view("Sij", Oi.offset() + Br * ld, Br * Bc);   // S_ij, then P̃_ij in place: (B_r, B_c)
-  const sim::Shared mi = smem.view("mi", Sij.offset() + Br * Bc, Br);         // m_i: (B_r)
-  const sim::Shared li = smem.view("li", mi.offset() + Br, Br);               // l_i: (B_r)
-  const sim::Shared mi_new = smem.view("mi_new", li.offset() + Br, Br);       // m_i^new: (B_r)
-  const sim::Shared li_new = smem.view("li_new", mi_new.offset() + Br, Br);   // l_i^new: (B_r)
-  const sim::Shared keep = smem.view("keep", li_new.offset() + Br, Br);       // diag(l_i^new)⁻¹ diag(l_i) e^(m_i − m_i^new): (B_r)
-  const sim::Shared add = smem.view("add", keep.offset() + Br, Br);           // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
-
-  // Line 2: O = 0, l = 0, m = −∞ in global memory.
-  for (int e = tid; e < n_q * d; e += kThreads) O[e] = 0.0f;
-  for (int r = tid; r < n_q; r += kThreads) {
-    l[r] = 0.0f;
-    m[r] = -INFINITY;
-  }
-  syncthreads();  // the block's own global writes are visible to all its threads after a barrier
-
-  for (int j = 0; j < Tc; ++j) {  // line 5: K/V tiles, outer loop
-    const int kv0 = j * Bc, cols = min(Bc, n_kv - kv0);  // the last tile may be short
-    // Line 6: load K_j, V_j from HBM to SRAM. Rows past the end are zero, so the
-    // fixed-length loops below multiply zeros there, never stale values.
-    for (int e = tid; e < Bc * d; e += kThreads) {
-      const int c = e / d, k = e % d;
-      const bool inside = bug == Bug::tail_off_by_one ? c <= cols : c < cols;  // PLANTED
-      const float zero = 0.0f;
-      Kj[c * ld + k] = inside ? K[size_t(kv0 + c) * d + k] : zero;
-      Vj[c * ld + k] = inside ? V[size_t(kv0 + c) * d + k] : zero;
-    }
-
-    for (int i = 0; i < Tr; ++i) {  // line 7: Q tiles, inner loop
-      const int q0 = i * Br, rows = min(Br, n_q - q0);
-      // Line 8: load Q_i, O_i, l_i, m_i from HBM to SRAM.
-      for (int e = tid; e < rows * d; e += kThreads) {
-        const int r = e / d, k = e % d;
-        Qi[r * ld + k] = Q[size_t(q0 + r) * d + k];
-        Oi[r * ld + k] = O[size_t(q0 + r) * d + k];
-      }
-      for (int r = tid; r < rows && bug != Bug::l_m_not_loaded; r += kThreads) {  // PLANTED
-        li[r] = l[q0 + r];
-        mi[r] = m[q0 + r];
-      }
-      syncthreads();  // K_j, V_j, Q_i, O_i, l_i, m_i complete before anyone reads them
-
-      // Line 9: S_ij = scale · Q_i K_jᵀ. Neighbouring threads compute neighbouring
-      // columns of one row: Q_i's row is shared, K_j's rows are different rows.
-      // Hidden entries (past N_kv, or above the causal diagonal) are −∞.
-      for (int e = tid; e < Br * Bc; e += kThreads) {
-        const int r = e / Bc, c = e % Bc;
-        float s = -INFINITY;
-        if (r < rows && c < cols && !(causal && kv0 + c > q0 + r)) {
-          float dot = 0.0f;
-          for (int k = 0; k < d; ++k) dot = fmaf(Qi[r * ld + k], Kj[c * ld + k], dot);
-          s = scale * dot;
-        }
-        Sij[r * Bc + c] = s;
-      }
-      syncthreads();  // all of S_ij is written before a warp reduces a row of it
-
-      // Lines 10–11, one warp per row: m̃_ij = rowmax(S_ij), P̃_ij = exp(S_ij − m̃_ij),
-      // l̃_ij = rowsum(P̃_ij); m_i^new, l_i^new; and the two line-12 factors.
-      for (int r = warp; r < rows; r += kWarps) {
-        float m_tilde = -INFINITY;
-        for (int c = lane; c < Bc; c += kWarpSize) m_tilde = fmaxf(m_tilde, Sij[r * Bc + c]);
-        m_tilde = warp_max(m_tilde);
-        // A causal row can be fully hidden in this tile (m̃_ij = −∞): its P̃ is 0.
-        // (Every row sees key 0 in tile j = 0, so m_i is finite from then on.)
-        float l_tilde = 0.0f;
-        for (int c = lane; c < Bc; c += kWarpSize) {
-          const float p = m_tilde == -INFINITY ? 0.0f : expf(Sij[r * Bc + c] - m_tilde);
-          Sij[r * Bc + c] = p;
-          l_tilde += p;
-        }
-        l_tilde = warp_sum(l_tilde);
-        if (lane == 0) {
-          const float m_new = fmaxf(mi[r], m_tilde);
-          const float alpha = expf(mi[r] - m_new);   // rescales the old
-          const float beta = expf(m_tilde - m_new);  // rescales the new
-          const float l_new = alpha * li[r] + beta * l_tilde;
-          mi_new[r] = m_new;
-          li_new[r] = l_new;
-          // Line 12's diagonal factors, formed first: a row with nothing new in
-          // this tile gets exactly 1 and 0, so its O_i is not rounded again.
-          keep[r] = alpha * li[r] / l_new;
-          add[r] = beta / l_new;
-          if (bug == Bug::barrier_in_branch) syncthreads();  // PLANTED
-        }
-      }
-      syncthreads();  // P̃_ij and the factors are complete before line 12 reads them
-
-      // Line 12: O_i ← keep · O_i + add · P̃_ij V_j; write O_i back to HBM. A
-      // thread owns one element of O_i (step 4: four neighbouring ones, a float4).
-      for (int e = tid; e < rows * d; e += kThreads) {
-        const int r = e / d, k = e % d;
-        float pv = 0.0f;  // (P̃_ij V_j)[r, k]
-        for (int c = 0; c < Bc; ++c) {
-          const float p = Sij[r * Bc + c];
-          const float v = Vj[c * ld + k];
-          pv = fmaf(p, v, pv);
-        }
-        const float o = keep[r] * Oi[r * ld + k] + add[r] * pv;
-        Oi[r * ld + k] = o;
-        O[size_t(q0 + r) * d + k] = o;
-      }
-      // Line 13: write l_i^new, m_i^new back to HBM.
-      for (int r = tid; r < rows; r += kThreads) {
-        l[q0 + r] = li_new[r];
-        m[q0 + r] = mi_new[r];
-      }
-      // Faster threads would otherwise load the next Q_i, O_i (or, after the
-      // last i, the next K_j, V_j) over tiles that slower threads still read.
-      if (bug != Bug::missing_barrier) syncthreads();  // PLANTED
-    }
-  }
-
-  // L = m + log(l), kept for the backward pass. The barrier above made every
-  // thread's last write of l and m visible.
-  for (int r = tid; r < n_q; r += kThreads) L[r] = m[r] + logf(l[r]);
-}
-
-/// Runs `kernel` where its bug shows: N_q = 20, N_kv = 37, d = 8, M = 256, so
-/// B_c = B_r = 8, 64 threads, and the last Q and K/V tiles are short (4 and 5 rows).
-CheckFailed run_expecting_a_finding(step03::Kernel kernel) {
-  const common::Problem p = common::make_random_problem(common::Shape{1, 2, 20, 37, 8}, false, 0.0f, 7);
+/// Options with the exercises' budget M = 256.
+common::Options exercise_options() {
   common::Options o;
   o.sram_floats = 256;
+  return o;
+}
+
+/// Runs `forward` (a planted kernel) on the exercises' problem and returns its finding.
+CheckFailed run_expecting_a_finding(common::Result (*forward)(const common::Problem&, const common::Options&)) {
   try {
-    step03::run_kernel(kernel, p, o);
+    forward(exercise_problem(false, 7), exercise_options());
   } catch (const CheckFailed& e) {
     return e;
   }
@@ -229,6 +82,38 @@ void check_report(const CheckFailed& e, Check check, const std::string& buffer) 
   if (!buffer.empty()) CHECK(what.find(buffer + "[" + std::to_string(f.index) + "]") != std::string::npos);
 }
 
+/// The largest `x` of the warp's 32 lanes, in every lane (warp_max of attention.cpp).
+__device__ float warp_max(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+/// The sum of `x` over the warp's 32 lanes, in every lane (warp_sum of attention.cpp).
+__device__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+/// What `run()` prints on stderr.
+template <class Run>
+std::string stderr_of(Run run) {
+  std::fflush(stderr);
+  std::FILE* file = std::tmpfile();
+  REQUIRE(file != nullptr);
+  const int saved = dup(STDERR_FILENO);
+  dup2(fileno(file), STDERR_FILENO);
+  run();
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  std::rewind(file);
+  std::string text;
+  char chunk[256];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, file)) > 0;) text.append(chunk, n);
+  std::fclose(file);
+  return text;
+}
+
 /// Launches `kernel` on one block of `threads` threads and returns its finding.
 template <class Kernel>
 CheckFailed launch_expecting_a_finding(int threads, Kernel kernel) {
@@ -244,55 +129,68 @@ CheckFailed launch_expecting_a_finding(int threads, Kernel kernel) {
 
 }  // namespace
 
-TEST_CASE("step03 checker: the unbugged copy of the kernel is correct (so the copies test the real kernel)") {
-  REQUIRE(step03::threads_per_block() == kThreads);
-  const common::Problem p = common::make_random_problem(common::Shape{1, 2, 20, 37, 8}, true, 0.0f,
-                                                        common::testing::run_seed());
-  common::Options o;
-  o.sram_floats = 256;
-  common::StepInfo info = step03::describe();
-  info.forward = [](const common::Problem& pr, const common::Options& op) {
-    return step03::run_kernel(planted<Bug::none>, pr, op);
-  };
-  common::testing::check_problem(info, p, o);
+TEST_CASE("step03 checker: the kernel without a planted bug passes where the bugs show") {
+  REQUIRE(step03::threads_per_block() == 64);
+  common::testing::check_problem(step03::describe(), exercise_problem(true, common::testing::run_seed()),
+                                 exercise_options());
+  common::testing::check_problem(step03::describe(), exercise_problem(false, 7), exercise_options());
 }
 
-TEST_CASE("step03 checker: a deleted barrier is a shared-memory race") {
-  const CheckFailed e = run_expecting_a_finding(planted<Bug::missing_barrier>);
-  // After the last Q tile of j = 0, faster threads load V_{j+1} while slower
-  // ones still read V_j in line 12.
-  check_report(e, Check::shared_race, "Vj");
+TEST_CASE("step03 checker: bugs/missing_barrier.patch, a deleted barrier, is a shared-memory race") {
+  const CheckFailed e = run_expecting_a_finding(bugs::missing_barrier::attention_forward);
+  // After Q tile 0, faster threads load the next O_i (line 8) while slower ones
+  // still read and write O_i in line 12: the same barrier phase, no barrier between.
+  check_report(e, Check::shared_race, "Oi");
   CHECK(e.finding().threads.size() == 2);
   CHECK(e.finding().threads[0] != e.finding().threads[1]);
 }
 
-TEST_CASE("step03 checker: seed 000's slip, `Bc + ld` for `Bc * ld`, makes V_j overlap K_j") {
-  const CheckFailed e = run_expecting_a_finding(planted<Bug::overlapping_views>);
+TEST_CASE("step03 checker: bugs/overlapping_views.patch, seed 000's `Bc + ld` for `Bc * ld`, makes V_j overlap K_j") {
+  const CheckFailed e = run_expecting_a_finding(bugs::overlapping_views::attention_forward);
   check_report(e, Check::overlapping_buffers, "Vj");
-  CHECK(std::string(e.what()).find("overlaps Kj [0, 96)") != std::string::npos);
+  // ld = d + 1 = 9: K_j is [0, 72), V_j starts at B_c + ld = 17.
+  CHECK(std::string(e.what()).find("shared array Vj [17, 89) overlaps Kj [0, 72)") != std::string::npos);
+  CHECK(std::string(e.what()).find("Vj[0] is Kj[17]") != std::string::npos);
 }
 
-TEST_CASE("step03 checker: an off-by-one tail guard reads past the end of K") {
-  const CheckFailed e = run_expecting_a_finding(planted<Bug::tail_off_by_one>);
-  // The last K/V tile has 5 rows (32..36); the guard lets row 37 = N_kv through.
-  check_report(e, Check::out_of_bounds, "K");
-  CHECK(e.finding().index >= 37 * 8);  // an element of row 37, whichever thread got there first
-  CHECK(e.finding().index < 38 * 8);
+TEST_CASE("step03 checker: bugs/tail_off_by_one.patch, an off-by-one tail guard, reads past the end of Q") {
+  const CheckFailed e = run_expecting_a_finding(bugs::tail_off_by_one::attention_forward);
+  // load_tile's guard lets one row too many through. The first tile to overrun is
+  // the last Q tile of j = 0: rows 16..19 of Q, and row 20 = N_q is read.
+  check_report(e, Check::out_of_bounds, "Q");
+  CHECK(e.finding().index >= 20 * 8);  // an element of row 20, whichever thread got there first
+  CHECK(e.finding().index < 21 * 8);
+  CHECK(std::string(e.what()).find("is past the end of Q (160 elements)") != std::string::npos);
+
+  // As on a GPU, a pointer's bounds are its tensor's, not its head's: with two
+  // heads, block 0 reads row 0 of head 1 unnoticed, and block 1 is reported.
+  common::Problem two_heads = common::make_random_problem(common::Shape{1, 2, 20, 37, 8}, false, std::nullopt, 7);
+  try {
+    bugs::tail_off_by_one::attention_forward(two_heads, exercise_options());
+    FAIL("not reported");
+  } catch (const CheckFailed& e2) {
+    INFO(std::string(e2.what()));
+    CHECK(e2.finding().block == "(1,0,0)");
+    CHECK(e2.finding().index >= 160 + 20 * 8);  // row 20 of a pointer to head 1: past the tensor's end
+    CHECK(e2.finding().index < 160 + 21 * 8);
+    CHECK(std::string(e2.what()).find("is past the end of Q (320 elements): index ") != std::string::npos);
+    CHECK(std::string(e2.what()).find(" from a pointer to Q[160]") != std::string::npos);
+  }
 }
 
-TEST_CASE("step03 checker: a barrier that only lane 0 reaches is divergence, not a hang") {
-  const CheckFailed e = run_expecting_a_finding(planted<Bug::barrier_in_branch>);
+TEST_CASE("step03 checker: bugs/barrier_in_branch.patch, a barrier only lane 0 reaches, is divergence, not a hang") {
+  const CheckFailed e = run_expecting_a_finding(bugs::barrier_in_branch::attention_forward);
   // Lane 0 of each warp waits at the planted barrier; the other 31 lanes go on
   // to the next row's warp_max and wait there for lane 0: nobody can move.
   check_report(e, Check::barrier_divergence, "");
   const std::string what = e.what();
-  CHECK(what.find("threads (0,0,0), (32,0,0) wait at the barrier at test_checker.cpp:") != std::string::npos);
-  CHECK(what.find("and 58 more wait at the shuffle at test_checker.cpp:") != std::string::npos);
+  CHECK(what.find("threads (0,0,0), (32,0,0) wait at the barrier at attention.cpp:") != std::string::npos);
+  CHECK(what.find("and 58 more wait at the shuffle at attention.cpp:") != std::string::npos);
   CHECK(e.finding().phase == 3);  // after the barriers of line 2, line 8 and line 9
 }
 
-TEST_CASE("step03 checker: l_i and m_i never loaded is an uninitialised read") {
-  const CheckFailed e = run_expecting_a_finding(planted<Bug::l_m_not_loaded>);
+TEST_CASE("step03 checker: bugs/l_m_not_loaded.patch, l_i and m_i never loaded, is an uninitialised read") {
+  const CheckFailed e = run_expecting_a_finding(bugs::l_m_not_loaded::attention_forward);
   check_report(e, Check::uninitialised_read, "mi");
   CHECK(e.finding().phase == 3);  // after the barriers of line 2, line 8 and line 9
 }
@@ -301,7 +199,7 @@ TEST_CASE("step03 checker: a thread that returns early while others wait at a ba
   sim::Device device;
   const auto kernel = [] {
     if (threadIdx.x == 3) return;
-    syncthreads();
+    __syncthreads();
   };
   try {
     device.launch(sim::dim3(2), sim::dim3(4), 0, kernel);
@@ -318,11 +216,12 @@ TEST_CASE("step03 checker: warp shuffles exchange values, count, and are neither
   sim::Device device;
   std::vector<float> out(64, 0.0f);
   const auto O = device.global("O", out.data(), 64);
-  const auto kernel = [](sim::Global<float> o) {
-    const int tid = threadIdx.x, lane = tid % kWarpSize;
-    const sim::Shared a = sim::dynamic_shared().view("a", 0, 64);
+  const auto kernel = [](sim::Ptr<float> o) {
+    const int tid = threadIdx.x, lane = tid % warpSize;
+    sim::Ptr<float> a = sim::dynamic_shared();
+    sim::name(a, "a", 64);
     a[tid] = warp_sum(float(lane)) + warp_max(float(tid));  // 0 + 1 + ... + 31, then the warp's largest tid
-    syncthreads();  // thread t reads what thread 63 - t wrote
+    __syncthreads();  // thread t reads what thread 63 - t wrote
     o[tid] = a[63 - tid];
   };
   const sim::Counters c = device.launch(sim::dim3(2), sim::dim3(64), 64 * 4, kernel, O);
@@ -363,21 +262,25 @@ TEST_CASE("step03 checker: a shuffle in a partial warp, or with a partial mask, 
   const auto shuffle = [] { warp_sum(1.0f); };
   CHECK_THROWS_WITH_AS(device.launch(sim::dim3(1), sim::dim3(40), 0, shuffle),
                        doctest::Contains("warp 1 of a block of 40 threads has 8 lanes"), std::invalid_argument);
-  const auto half = [] { shfl_xor_sync(0x0000ffffu, 1.0f, 1); };
+  const auto half = [] { __shfl_xor_sync(0x0000ffffu, 1.0f, 1); };
   CHECK_THROWS_AS(device.launch(sim::dim3(1), sim::dim3(32), 0, half), std::invalid_argument);
+  const auto narrow = [] { __shfl_xor_sync(0xffffffffu, 1.0f, 1, 16); };
+  CHECK_THROWS_WITH_AS(device.launch(sim::dim3(1), sim::dim3(32), 0, narrow), doctest::Contains("not width 16"),
+                       std::invalid_argument);
   // A partial warp that does not shuffle is a valid block.
-  CHECK_NOTHROW(device.launch(sim::dim3(1), sim::dim3(40), 0, [] { syncthreads(); }));
+  CHECK_NOTHROW(device.launch(sim::dim3(1), sim::dim3(40), 0, [] { __syncthreads(); }));
 }
 
-TEST_CASE("step03 checker: shared out of bounds, a view too large, and a clean launch's counters") {
+TEST_CASE("step03 checker: shared out of bounds, an array too large, and a clean launch's counters") {
   sim::Device device;
   std::vector<float> out(4, 0.0f);
   const auto O = device.global("O", out.data(), 4);
-  SUBCASE("index past a view") {
-    const auto kernel = [](sim::Global<float> o) {
-      const sim::Shared a = sim::dynamic_shared().view("a", 0, 4);
+  SUBCASE("an index past a named array") {
+    const auto kernel = [](sim::Ptr<float> o) {
+      sim::Ptr<float> a = sim::dynamic_shared();
+      sim::name(a, "a", 4);
       a[threadIdx.x] = 1.0f;
-      syncthreads();  // a[3] is read by thread 0 below
+      __syncthreads();  // a[3] is read by thread 0 below
       o[threadIdx.x] = a[threadIdx.x + 1];
     };
     try {
@@ -392,15 +295,56 @@ TEST_CASE("step03 checker: shared out of bounds, a view too large, and a clean l
       CHECK(e.finding().phase == 1);
     }
   }
-  SUBCASE("a view larger than the arena") {
-    const auto kernel = [] { sim::dynamic_shared().view("big", 2, 4); };
-    CHECK_THROWS_AS(device.launch(sim::dim3(1), sim::dim3(2), 16, kernel), CheckFailed);
+  SUBCASE("an array that does not fit in the shared memory") {
+    const auto kernel = [] {
+      sim::Ptr<float> big = sim::dynamic_shared() + 2;
+      sim::name(big, "big", 4);
+    };
+    CHECK_THROWS_WITH_AS(device.launch(sim::dim3(1), sim::dim3(2), 16, kernel),
+                         doctest::Contains("shared array big [2, 6) does not fit in the 4-float dynamic shared memory"),
+                         CheckFailed);
+  }
+  SUBCASE("an unnamed access past the shared memory") {
+    const auto kernel = [] { sim::dynamic_shared()[4] = 1.0f; };
+    CHECK_THROWS_WITH_AS(device.launch(sim::dim3(1), sim::dim3(1), 16, kernel),
+                         doctest::Contains("shared smem[4] is outside smem's 4 elements"), CheckFailed);
+  }
+  SUBCASE("one array named twice with different lengths") {
+    const auto kernel = [] {
+      sim::Ptr<float> a = sim::dynamic_shared(), b = sim::dynamic_shared();
+      sim::name(a, "a", 2);
+      sim::name(b, "a", 3);
+    };
+    CHECK_THROWS_WITH_AS(device.launch(sim::dim3(1), sim::dim3(1), 16, kernel),
+                         doctest::Contains("shared array a [0, 3) was named before as a [0, 2)"), CheckFailed);
+  }
+  SUBCASE("only shared arrays have names") {
+    const auto kernel = [](sim::Ptr<float> o) { sim::name(o, "o", 4); };
+    CHECK_THROWS_AS(device.launch(sim::dim3(1), sim::dim3(1), 16, kernel, O), std::invalid_argument);
+  }
+  SUBCASE("a global index past the tensor, from a pointer into it") {
+    const auto kernel = [](sim::Ptr<float> o) {
+      sim::Ptr<float> p = o + 2;  // CUDA: float* p = o + 2;
+      p[threadIdx.x] = 1.0f;
+    };
+    try {
+      device.launch(sim::dim3(1), sim::dim3(3), 0, kernel, O);
+      FAIL("not reported");
+    } catch (const CheckFailed& e) {
+      INFO(e.what());
+      CHECK(e.finding().check == Check::out_of_bounds);
+      CHECK(e.finding().buffer == "O");
+      CHECK(e.finding().index == 4);
+      CHECK(std::string(e.what()).find("global O[4] is past the end of O (4 elements): index 2 from a pointer to O[2]") !=
+            std::string::npos);
+    }
   }
   SUBCASE("a correct kernel: nothing found, everything counted") {
-    const auto kernel = [](sim::Global<float> o) {
-      const sim::Shared a = sim::dynamic_shared().view("a", 0, 4);
+    const auto kernel = [](sim::Ptr<float> o) {
+      sim::Ptr<float> a = sim::dynamic_shared();
+      sim::name(a, "a", 4);
       a[threadIdx.x] = float(threadIdx.x);
-      syncthreads();  // thread t reads what thread 3 - t wrote
+      __syncthreads();  // thread t reads what thread 3 - t wrote
       o[threadIdx.x] = a[3 - threadIdx.x];
     };
     const sim::Counters c = device.launch(sim::dim3(3), sim::dim3(4), 16, kernel, O);
@@ -411,4 +355,48 @@ TEST_CASE("step03 checker: shared out of bounds, a view too large, and a clean l
     CHECK(c.global_write_bytes() == 3 * 16);
     CHECK(c.global_read_bytes() == 0);
   }
+}
+
+TEST_CASE("step03 checker: checked pointers do what float* does") {
+  sim::Device device;
+  std::vector<float> out(8, 0.0f);
+  const std::vector<float> in = {10, 11, 12, 13};
+  const auto O = device.global("O", out.data(), 8);
+  const auto I = device.global("I", in);
+  const auto kernel = [](sim::Ptr<const float> i, sim::Ptr<float> o) {
+    sim::Ptr<const float> o_read = o;  // float* converts to const float*
+    *o = i[3];
+    (2 + o)[1] = *(i + 1);
+    (o + 5 - 1)[0] = (i + 4)[-2];
+    __syncthreads();  // o[0] was written above, by this block's only thread
+    o[7] = o_read[0];
+  };
+  device.launch(sim::dim3(1), sim::dim3(1), 0, kernel, I, O);
+  CHECK(out == std::vector<float>{13, 0, 0, 11, 12, 0, 0, 13});
+  CHECK(O.name() == std::string("O"));
+  CHECK((O + 3).offset() == 3);
+}
+
+TEST_CASE("step03 checker: progress on stderr, moved by the barriers within a block, and only when asked") {
+  // One block of 4 threads, 4 barriers 150 ms apart: thread 0's barriers move the
+  // bar (at most ten updates a second) before the block ends.
+  const auto kernel = [] {
+    for (int b = 0; b < 4; ++b) {
+      if (threadIdx.x == 0) usleep(150000);
+      __syncthreads();
+    }
+  };
+  const std::string shown = stderr_of([&] {
+    sim::Device device;
+    device.show_progress(true, 4);
+    device.launch(sim::dim3(1), sim::dim3(4), 0, kernel);
+  });
+  CHECK(shown.find("[########............]  40%") != std::string::npos);
+  CHECK(shown.find("100%") != std::string::npos);
+  const std::string quiet = stderr_of([&] {
+    sim::Device device;
+    device.show_progress(false, 4);
+    device.launch(sim::dim3(1), sim::dim3(4), 0, kernel);
+  });
+  CHECK(quiet.empty());
 }

@@ -8,29 +8,37 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
+#ifndef STEP05_SPILL
+/// 1 in spill.cu, which builds this step's kernel again capped at 32 registers a thread.
+#define STEP05_SPILL 0
+#endif
+
 /// Step 5: step 4's kernel with S_ij, P̃_ij, O_i, m_i and l_i in registers.
 namespace step05 {
 
-/// The head dimensions this step is compiled for (one kernel instantiation each).
-inline const std::vector<int64_t> kHeadDims = {32, 64, 96, 128};
-
-/// Computes O and L with Algorithm 1 on the GPU, as step 4, but each thread
-/// keeps its fixed slice of S_ij, P̃_ij and O_i and its rows' m_i and l_i in
-/// registers; only Q_i, K_j and V_j are staged in shared memory. O, l and m are
-/// still read from and written back to global memory on every (j, i). With
-/// `options.repeat` > 0 the kernel is also timed (`result.kernel_ms`). Throws
-/// InputError (unsupported d, too large for the device) or NoGpuError.
+/// Computes O and L with Algorithm 1 on the GPU, as step 4, but the warp that
+/// owns a row keeps its S_ij, P̃_ij, O_i, m_i and l_i in registers (lane c:
+/// columns c, c + 32, …); only Q_i, K_j and V_j are staged in shared memory.
+/// O, l and m are still read from and written back to global memory on every
+/// (j, i). Throws InputError (d not in 32, 64, 96, 128; too large for the
+/// device) or NoGpuError.
 common::Result attention_forward(const common::Problem& problem, const common::Options& options = {});
-
-/// The same kernel compiled with its accumulator loops not unrolled, so the
-/// slices are indexed at run time and live in local memory (a spill): the
-/// benchmark runs it beside attention_forward to show what registers are worth.
-common::Result attention_forward_local_memory(const common::Problem& problem, const common::Options& options = {});
 
 /// This step as the program driver, the tour and the benchmarks see it.
 common::StepInfo describe();
 
-/// The local-memory variant as a step (for its tests and the benchmark).
-common::StepInfo describe_local_memory();
-
 }  // namespace step05
+
+#if !STEP05_SPILL  // spill.cu declares these itself, by renaming the namespace above
+/// The same kernel built by spill.cu with 32 registers a thread (its slices in
+/// local memory), for the benchmark and the tests.
+namespace step05_spill {
+
+/// Computes O and L with the spilling build of step 5's kernel.
+common::Result attention_forward(const common::Problem& problem, const common::Options& options = {});
+
+/// The spilling build as a step ("step05_spill").
+common::StepInfo describe();
+
+}  // namespace step05_spill
+#endif

@@ -11,18 +11,13 @@
 /// Step 6: FlashAttention-2 — query tiles outside, K/V tiles inside, one write of O and L.
 namespace step06 {
 
-/// The head dimensions this step is compiled for (one kernel instantiation each).
-inline const std::vector<int64_t> kHeadDims = {32, 64, 96, 128};
-
 /// Computes O and L with FlashAttention-2 (Dao 2023, Algorithm 1) on the GPU:
 /// one thread block per (query tile i, batch·head); the block keeps O_i, m_i,
 /// l_i in registers while it sweeps every K_j, V_j tile, and writes O_i and
 /// L_i = m_i + log l_i once. Causal tiles above the diagonal are skipped.
-/// With `options.repeat` = R > 0 the first launch is the warm-up and R more are
-/// timed with CUDA events (`result.kernel_ms`). `result.extra` holds the
-/// kernel's resource report (tiles, shared memory, registers, spill bytes).
-/// Throws InputError (unsupported d, B·H > 65535, not enough GPU memory) or
-/// NoGpuError.
+/// `result.extra` holds the kernel's resource report (tiles, shared memory,
+/// registers, spill bytes). Throws InputError (d not in 32, 64, 96, 128, not
+/// enough GPU memory) or NoGpuError.
 common::Result attention_forward(const common::Problem& problem, const common::Options& options = {});
 
 /// This step as the program driver, the tour and the benchmarks see it.

@@ -31,14 +31,28 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
                   cudaGetErrorString(status) + ") in " + call + " at " + where);
 }
 
-/// The one-line message of NoGpuError: `count` devices found, `status` from
-/// cudaGetDeviceCount. Separate from require_gpu so that a machine with a GPU can
-/// test the wording of the path it never takes.
-inline std::string no_gpu_message(const std::string& step_name, int count, cudaError_t status) {
-  return step_name + " needs an NVIDIA GPU, and none was found (" +
-         (status == cudaSuccess ? std::to_string(count) + " devices" : std::string(cudaGetErrorString(status))) +
-         ")";
+/// Why no GPU could be used, in words a user can act on. `status` is what
+/// cudaGetDeviceCount returned, `count` the devices it found, `driver_found`
+/// whether the NVIDIA driver library (libcuda) could be loaded. Separate from
+/// require_gpu so that a machine with a GPU can test the wording of the paths
+/// it never takes.
+inline std::string no_gpu_message(const std::string& step_name, int count, cudaError_t status, bool driver_found) {
+  std::string why;
+  if (!driver_found) {
+    why = "no NVIDIA GPU/driver found";
+  } else if (status == cudaErrorInsufficientDriver) {
+    why = "the NVIDIA driver is older than this program's CUDA runtime needs; update the driver";
+  } else if (status == cudaSuccess || status == cudaErrorNoDevice) {
+    why = "no NVIDIA GPU found (" + std::to_string(count) + " devices)";
+  } else {
+    why = std::string("the GPU cannot be used: ") + cudaGetErrorString(status);
+  }
+  return step_name + " needs an NVIDIA GPU: " + why;
 }
+
+/// Whether the NVIDIA driver's library can be loaded (a machine without the
+/// driver has none; the CUDA runtime then reports an "insufficient driver").
+bool nvidia_driver_present();
 
 /// Throws NoGpuError unless a CUDA device is present and usable; returns its id.
 inline int require_gpu(const std::string& step_name) {
@@ -46,7 +60,7 @@ inline int require_gpu(const std::string& step_name) {
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    throw NoGpuError(no_gpu_message(step_name, count, status));
+    throw NoGpuError(no_gpu_message(step_name, count, status, nvidia_driver_present()));
   }
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);

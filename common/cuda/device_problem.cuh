@@ -1,10 +1,5 @@
 /// \file device_problem.cuh
-/// \brief The host side every CUDA step shares: tensors on the device, the timed launches, the result.
-///
-/// A CUDA step's `attention_forward` is: check the GPU and its free memory,
-/// upload Q, K, V, poison O and L, launch (once, or a warm-up and then
-/// `options.repeat` launches timed with CUDA events), download O and L.
-/// Only the launch differs between steps, so only the launch lives in the step.
+/// \brief Q, K, V on the device, O and L allocated and poisoned: the tensors of one problem on a GPU.
 #pragma once
 
 #include <string>
@@ -46,26 +41,5 @@ struct DeviceProblem {
     lse.download(result.lse);
   }
 };
-
-/// Runs `launch()` (which must check its own launch) once; or, when
-/// `options.repeat` > 0, once as a warm-up and then `repeat` times, each timed
-/// with CUDA events. Returns the kernel-only times (empty without repeat). The
-/// output of the last launch is what stays on the device.
-template <class Launch>
-std::vector<double> run_and_time(const Options& options, Launch&& launch) {
-  std::vector<double> kernel_ms;
-  launch();
-  CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here
-  if (options.repeat > 0) {
-    EventTimer timer;
-    for (int r = 0; r < options.repeat; ++r) {
-      timer.start();
-      launch();
-      kernel_ms.push_back(timer.stop_ms());
-    }
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  return kernel_ms;
-}
 
 }  // namespace common::cuda

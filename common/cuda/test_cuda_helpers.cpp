@@ -2,7 +2,11 @@
 /// \brief Tests of the CUDA helpers that need no GPU: they run on every machine, CI included.
 #include <doctest/doctest.h>
 
+#include <vector>
+
 #include "common/cuda/cuda_check.cuh"
+#include "common/cuda/gpu_step.cuh"
+#include "common/fixtures.hpp"
 
 TEST_CASE("cuda helpers: a problem larger than the free device memory is refused") {
   // Every valid shape fits an 80 GB GPU (each tensor < 2^31 floats), so the
@@ -13,11 +17,17 @@ TEST_CASE("cuda helpers: a problem larger than the free device memory is refused
                     doctest::Contains("40960 MiB"));
 }
 
-TEST_CASE("cuda helpers: the no-GPU message names the step and the reason") {
-  CHECK(common::cuda::no_gpu_message("step04_cuda_smem", 0, cudaSuccess) ==
-        "step04_cuda_smem needs an NVIDIA GPU, and none was found (0 devices)");
-  CHECK(common::cuda::no_gpu_message("step04_cuda_smem", 0, cudaErrorNoDevice).find(
-            "step04_cuda_smem needs an NVIDIA GPU") == 0);
+TEST_CASE("cuda helpers: the no-GPU message names the step and the reason a user can act on") {
+  using common::cuda::no_gpu_message;
+  // No driver at all: the runtime says "insufficient driver", which misleads.
+  CHECK(no_gpu_message("step04_cuda_smem", 0, cudaErrorInsufficientDriver, false) ==
+        "step04_cuda_smem needs an NVIDIA GPU: no NVIDIA GPU/driver found");
+  CHECK(no_gpu_message("step04_cuda_smem", 0, cudaErrorNoDevice, false) ==
+        "step04_cuda_smem needs an NVIDIA GPU: no NVIDIA GPU/driver found");
+  // A driver that is too old for the runtime is a different, fixable problem.
+  CHECK(no_gpu_message("s", 0, cudaErrorInsufficientDriver, true).find("older than") != std::string::npos);
+  CHECK(no_gpu_message("s", 0, cudaErrorNoDevice, true) == "s needs an NVIDIA GPU: no NVIDIA GPU found (0 devices)");
+  CHECK(no_gpu_message("s", 0, cudaSuccess, true) == "s needs an NVIDIA GPU: no NVIDIA GPU found (0 devices)");
 }
 
 TEST_CASE("cuda helpers: require_gpu finds the GPU, or says clearly that there is none") {
@@ -26,7 +36,43 @@ TEST_CASE("cuda helpers: require_gpu finds the GPU, or says clearly that there i
     (void)cudaGetLastError();
     CHECK_THROWS_AS(common::cuda::require_gpu("stepNN"), common::NoGpuError);
     CHECK_THROWS_WITH(common::cuda::require_gpu("stepNN"), doctest::Contains("stepNN needs an NVIDIA GPU"));
+    if (!common::cuda::nvidia_driver_present()) {
+      CHECK_THROWS_WITH(common::cuda::require_gpu("stepNN"), doctest::Contains("no NVIDIA GPU/driver found"));
+    }
   } else {
     CHECK(common::cuda::require_gpu("stepNN") >= 0);
+  }
+}
+
+TEST_CASE("cuda helpers: the head-dim dispatcher reaches exactly the compiled d, and refuses others") {
+  using Dims = common::cuda::HeadDims<32, 64, 96, 128>;
+  CHECK(Dims::list() == std::vector<int64_t>{32, 64, 96, 128});
+  for (int64_t d : {32, 64, 96, 128}) {
+    int seen = 0;
+    Dims::dispatch(d, [&](auto D) { seen = D(); });
+    CHECK(seen == d);
+    CHECK(Dims::dispatch(d, [](auto D) { return 10 * D(); }) == 10 * d);
+  }
+  for (int64_t d : {0, 1, 16, 80, 129, 256}) {
+    CAPTURE(d);
+    CHECK_THROWS_AS(Dims::dispatch(d, [](auto) {}), common::InputError);
+    CHECK_THROWS_WITH(Dims::dispatch(d, [](auto) {}), doctest::Contains("supported: 32 64 96 128"));
+  }
+}
+
+TEST_CASE("cuda helpers: a GPU step without a GPU says so (NoGpuError), after refusing bad input first") {
+  int count = 0;
+  const bool have_gpu = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  (void)cudaGetLastError();
+  common::GpuKernel kernel;
+  kernel.launch = [](const common::DeviceArgs&) {};
+  const common::StepInfo step = common::cuda::gpu_step("stepNN", "a test step", {64}, kernel);
+  CHECK(step.needs_gpu);
+  CHECK(step.gpu != nullptr);
+  common::Problem p = common::make_random_problem(common::Shape{1, 1, 4, 4, 8}, false, std::nullopt, 1);
+  CHECK_THROWS_AS(step.forward(p, {}), common::InputError);  // d = 8 is not compiled
+  if (!have_gpu) {
+    p = common::make_random_problem(common::Shape{1, 1, 4, 4, 64}, false, std::nullopt, 1);
+    CHECK_THROWS_AS(step.forward(p, {}), common::NoGpuError);
   }
 }

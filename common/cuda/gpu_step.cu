@@ -1,0 +1,101 @@
+/// \file gpu_step.cu
+/// \brief The session of a GPU step: upload once, launch, time with CUDA events, download once.
+#include "common/cuda/gpu_step.cuh"
+
+#include <dlfcn.h>
+
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "common/cuda/device_buffer.cuh"
+#include "common/cuda/device_problem.cuh"
+
+namespace common::cuda {
+
+bool nvidia_driver_present() {
+  void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) handle = dlopen("libcuda.so.1", RTLD_LAZY);
+  if (!handle) return false;
+  dlclose(handle);
+  return true;
+}
+
+namespace {
+
+/// One problem on the GPU: Q, K, V uploaded and O, L poisoned when it opens;
+/// each run is one launch; the result is downloaded when asked for.
+class GpuSession final : public Session {
+ public:
+  GpuSession(const std::string& name, std::shared_ptr<const GpuKernel> kernel,
+             const std::vector<int64_t>& head_dims, const Problem& problem)
+      : kernel_(std::move(kernel)), shape_(problem.shape) {
+    validate(problem);
+    require_head_dim(problem.shape.head_dim, head_dims, name);
+    require_gpu(name);
+    const int64_t workspace = kernel_->workspace_bytes ? kernel_->workspace_bytes(shape_) : 0;
+    dev_ = std::make_unique<DeviceProblem>(problem, workspace, name);
+    if (workspace > 0) workspace_ = DeviceBuffer<char>(size_t(workspace), DeviceBuffer<char>::Counted::yes);
+    args_.shape = shape_;
+    args_.causal = problem.causal;
+    args_.scale = problem.scale;
+    args_.q = dev_->q.data();
+    args_.k = dev_->k.data();
+    args_.v = dev_->v.data();
+    args_.o = dev_->o.data();
+    args_.lse = dev_->lse.data();
+    args_.workspace = workspace > 0 ? workspace_.data() : nullptr;
+    timer_.emplace();  // CUDA events exist only once the GPU is known to be there
+  }
+
+  void run() override {
+    kernel_->launch(args_);
+    CUDA_CHECK(cudaDeviceSynchronize());  // a fault inside the kernel surfaces here
+  }
+
+  double timed_run_ms() override {
+    timer_->start();
+    kernel_->launch(args_);
+    return timer_->stop_ms();
+  }
+
+  Result result() override {
+    Result r = allocate_result(shape_);
+    dev_->download(r);
+    r.peak_bytes = int64_t(workspace_.bytes());
+    if (kernel_->resources) r.extra = kernel_->resources(shape_.head_dim);
+    return r;
+  }
+
+  bool kernel_only() const override { return true; }
+
+ private:
+  std::shared_ptr<const GpuKernel> kernel_;
+  Shape shape_;
+  std::unique_ptr<DeviceProblem> dev_;
+  DeviceBuffer<char> workspace_;
+  DeviceArgs args_;
+  std::optional<EventTimer> timer_;
+};
+
+}  // namespace
+
+StepInfo gpu_step(std::string name, std::string title, std::vector<int64_t> head_dims, GpuKernel kernel) {
+  StepInfo info;
+  info.name = std::move(name);
+  info.title = std::move(title);
+  info.head_dims = std::move(head_dims);
+  info.needs_gpu = true;
+  info.gpu = std::make_shared<const GpuKernel>(std::move(kernel));
+  info.open = [name = info.name, gpu = info.gpu, dims = info.head_dims](const Problem& p, const Options&) {
+    return std::unique_ptr<Session>(std::make_unique<GpuSession>(name, gpu, dims, p));
+  };
+  info.forward = [open = info.open](const Problem& p, const Options& o) {
+    const std::unique_ptr<Session> session = open(p, o);
+    session->run();
+    return session->result();
+  };
+  return info;
+}
+
+}  // namespace common::cuda

@@ -1,0 +1,33 @@
+/// \file step07_fa2_register_tiles/test_attention.cpp
+/// \brief step07's tests (GPU): conformance, causal with N_q ≠ N_kv, seed 004's shapes,
+/// bitwise-repeatable output, any B·H, clear errors for bad input, no spills.
+#include <doctest/doctest.h>
+
+#include "attention.hpp"
+#include "common/testing.hpp"
+
+using namespace common::testing;
+
+TEST_CASE("step07: conformance suite (fresh random inputs, outputs poisoned)") { check_conformance(step07::describe()); }
+
+TEST_CASE("step07: causal with N_q != N_kv, across tile boundaries, every d") {
+  check_causal_tails(step07::describe(), step07::describe().head_dims);
+}
+
+TEST_CASE("step07: seed 004's shapes, causal and not") { check_seed004_shapes(step07::describe()); }
+
+TEST_CASE("step07: one upload, timed runs, and bitwise identical outputs every run") {
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    check_session(step07::describe(),
+                  common::make_random_problem(common::Shape{2, 3, 777, 555, 128}, causal, std::nullopt, run_seed()));
+  }
+}
+
+TEST_CASE("step07: B*H = 70000, more than a grid's y dimension holds, against the fp64 reference") {
+  check_many_heads(step07::describe());  // the grid is 1-D: T_r * B*H blocks
+}
+
+TEST_CASE("step07: bad input gives a clear error") { check_bad_input(step07::describe(), 80); }
+
+TEST_CASE("step07: the resource report has no spills at d = 128") { check_no_spills(step07::describe(), 128); }
