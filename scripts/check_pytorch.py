@@ -6,7 +6,7 @@ Usage: scripts/check_pytorch.py BUILD_BIN_DIR OUTDIR [--skip-bench] [--bench-n 5
 1. Correctness. For each shape below (causal and not, N_q != N_kv, a non-default
    scale) it draws Q, K, V with torch, saves them as OUTDIR/inputs/q.npy, k.npy,
    v.npy ([B, H, N, d] float32, C order), runs every CUDA step program present in
-   BUILD_BIN_DIR (step04_cuda_smem, step05_cuda_registers, step06_fa2) with
+   BUILD_BIN_DIR (stepNN_* from step 4 on, the GPU ladder) with
    `--load DIR --save DIR2`, and compares its o.npy and lse.npy with
    torch.nn.functional.scaled_dot_product_attention and torch.logsumexp of the
    scaled scores, both computed in float64 on the GPU.
@@ -31,6 +31,7 @@ import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -39,7 +40,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-STEPS = ["step04_cuda_smem", "step05_cuda_registers", "step06_fa2"]
+def gpu_steps(bin_dir):
+    """The GPU step programs in bin_dir: stepNN_name with NN >= 04, in ladder order."""
+    names = []
+    for name in sorted(os.listdir(bin_dir)):
+        if re.fullmatch(r"step(\d\d)_[a-z0-9_]+", name) and not name.endswith("_tests") and int(name[4:6]) >= 4:
+            names.append(name)
+    return names
 
 # (B, H, N_q, N_kv, d, causal, scale or None for 1/sqrt(d))
 CHECK_SHAPES = [
@@ -227,7 +234,7 @@ def main():
         print("check_pytorch.py needs a CUDA GPU and PyTorch built with CUDA", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 yardstick must be fp32
-    steps = [s for s in STEPS if os.path.exists(os.path.join(a.bin_dir, s))]
+    steps = gpu_steps(a.bin_dir)
     if not steps:
         print(f"no CUDA step programs in {a.bin_dir}", file=sys.stderr)
         return 2

@@ -1,10 +1,12 @@
 # Sourced by the scripts in this folder: installs what a build needs, if missing.
 #
-# Needs: cmake (>= 3.25), ninja, a C++20 compiler, Eigen 3.4, doctest.
+# Needs: cmake (>= 3.25), ninja, a C++20 compiler, Eigen 3.4, doctest, CLI11, nlohmann-json;
+# for the Python module and its tests: pybind11, Python's headers, NumPy, pytest, DLPack.
 # Installs with apt-get when run as root or with sudo; otherwise prints the
 # exact install line and stops. Extra packages can be passed as arguments.
 ensure_packages() {
-  local wanted=(cmake ninja-build g++ libeigen3-dev doctest-dev "$@")
+  local wanted=(cmake ninja-build g++ libeigen3-dev doctest-dev libcli11-dev nlohmann-json3-dev
+                pybind11-dev python3-dev python3-numpy python3-pytest libdlpack-dev "$@")
   local missing=()
   local pkg
   for pkg in "${wanted[@]}"; do

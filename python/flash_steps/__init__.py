@@ -1,0 +1,251 @@
+"""FlashAttention, step by step: every step built in this tree, callable from Python.
+
+    import numpy as np
+    import flash_steps
+
+    q = np.random.default_rng(0).standard_normal((1, 4, 256, 64), dtype=np.float32)
+    o, lse = flash_steps.step02.attention_forward(q, q, q, causal=True)
+    print(flash_steps.check_result(q, q, q, o, lse, causal=True))   # Verdict(passed, ...)
+
+Every step has the C++ steps' entry point, ``attention_forward(q, k, v, causal=False,
+scale=None) -> (o, lse)``: O is [B, H, N_q, d], L (the natural-log logsumexp of each
+scaled score row) is [B, H, N_q]; ``scale`` defaults to 1/sqrt(d); ``causal`` is
+PyTorch's top-left convention (query i sees keys j <= i).
+
+What a step takes, and what it gives back:
+
+* NumPy arrays, float32, [B, H, N, d], any strides (they are copied, as every step
+  copies its inputs into its Problem): every step. A GPU step uploads them, runs once
+  and downloads O and L. O and L come back as NumPy arrays.
+* CUDA tensors of any framework that speaks DLPack (PyTorch, CuPy, JAX): the GPU steps,
+  without a copy, on the caller's current stream (PyTorch's or CuPy's; the legacy
+  default stream for others). They must be contiguous and start on a 16-byte boundary:
+  a view is refused, not silently copied, because the copy is the caller's to choose.
+  O and L come back as tensors of the caller's framework: allocated by PyTorch or CuPy
+  themselves (their allocators, their streams), for any other framework in device
+  memory this module owns, handed over through the framework's ``from_dlpack``.
+* float32 only, for now (``Step.dtypes``).
+
+Bad input raises, with the programs' one-line message: a wrong type or dtype is a
+``TypeError``; a wrong shape, sizes that disagree, an unsupported d, NaN or infinity in
+an input, a tensor on the wrong device are ``InputError`` (a ``ValueError``); no GPU is
+``NoGpuError`` (a ``RuntimeError``); a CUDA error is a ``RuntimeError``.
+
+``flash_steps.pytorch`` registers the GPU steps as PyTorch operators (torch.compile
+traces through them); ``flash_steps.hf`` makes a step an attention implementation of
+Hugging Face transformers.
+"""
+
+import sys as _sys
+
+import numpy as _np
+
+from . import _native
+from ._native import (
+    InputError,
+    NoGpuError,
+    Shape,
+    Verdict,
+    check_result,
+    gpu_available,
+    reference_attention,
+    unbuilt_steps,
+)
+
+__all__ = [
+    "InputError",
+    "NoGpuError",
+    "Shape",
+    "Step",
+    "Verdict",
+    "check_result",
+    "gpu_available",
+    "gpu_steps",
+    "reference_attention",
+    "step",
+    "steps",
+    "unbuilt_steps",
+]
+
+
+class Step:
+    """One step of the tutorial: its description (the C++ StepInfo) and its forward pass."""
+
+    def __init__(self, native):
+        self._native = native
+        # Plain Python copies of the StepInfo's fields: code that torch.compile traces
+        # (flash_steps.pytorch picks a step by name) sees no call into the extension.
+        self.name = native.name  #: directory name, e.g. 'step06_fa2'
+        self.title = native.title  #: one line: what the step adds
+        self.needs_gpu = native.needs_gpu  #: runs on a CUDA GPU
+        self.head_dims = list(native.head_dims)  #: supported d (empty: any d >= 1)
+        self.dtypes = list(native.dtypes)  #: the dtypes the step takes
+        self.precisions = list(native.precisions)  #: the precisions it computes in (--dtype), its own first
+        self.uses_sram_budget = native.uses_sram_budget  #: tiles from an SRAM budget M
+        self.short_name = self.name[:6]  #: 'step06' for step06_fa2: the C++ namespace, this module's attribute
+
+    def attention_forward(self, q, k, v, causal=False, scale=None, *, stream=None, check_finite=True,
+                          sram_floats=0):
+        """(o, lse) for q [B, H, N_q, d], k and v [B, H, N_kv, d] (see the module's help).
+
+        stream: GPU steps on CUDA tensors: the CUDA stream to run on, as an integer handle
+            (default: the caller's framework's current stream).
+        check_finite: GPU steps on CUDA tensors: refuse NaN and infinity in q, k, v, as the
+            programs do (one small kernel per tensor and a wait for the stream). NumPy
+            inputs are always checked.
+        sram_floats: the SRAM budget M of the steps that derive tiles from it (0: default).
+        """
+        if isinstance(q, _np.ndarray) or not self.needs_gpu:
+            return self._native.forward(q, k, v, causal=causal, scale=scale, sram_floats=sram_floats)
+        return _forward_on_gpu(self, q, k, v, causal, scale, stream, check_finite)
+
+    def check_inputs(self, q, k, v, *, stream=None):
+        """The Shape of CUDA tensors q, k, v, checked as launch() checks them (GPU steps)."""
+        return self._native.check_inputs(q, k, v, stream=stream)
+
+    def launch(self, q, k, v, o, lse, workspace=None, *, causal=False, scale=None, stream=None,
+               check_finite=False):
+        """Enqueues the step's kernel on CUDA tensors (GPU steps): reads q, k, v, writes o and lse
+        in place, through DLPack, without a copy; returns at once. ``workspace``: at least
+        ``workspace_bytes(shape)`` bytes of device memory (None when that is 0)."""
+        self._native.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream,
+                            check_finite=check_finite)
+
+    def workspace_bytes(self, shape):
+        """Bytes of device memory launch() needs as ``workspace`` for ``shape`` (0: none)."""
+        return self._native.workspace_bytes(shape)
+
+    def __repr__(self):
+        return f"<Step {self.name}: {self.title}>"
+
+
+# --------------------------------------------------------------------------------------
+# GPU steps on CUDA tensors: outputs allocated by the caller's framework.
+
+
+class _Torch:
+    """PyTorch: its caching allocator and its current stream."""
+
+    @staticmethod
+    def stream(x):
+        import torch
+
+        if x.device.type != "cuda":
+            return None  # no stream to follow: check_inputs says where the tensor should be
+        return torch.cuda.current_stream(x.device).cuda_stream
+
+    @staticmethod
+    def lend(x):
+        # A tensor that requires grad refuses __dlpack__; the step only reads it.
+        return x.detach()
+
+    @staticmethod
+    def empty(shape, like, nbytes=None):
+        import torch
+
+        if nbytes is not None:
+            return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+        return torch.empty(shape, dtype=torch.float32, device=like.device)
+
+
+class _CuPy:
+    """CuPy: its memory pool and its current stream."""
+
+    @staticmethod
+    def stream(x):
+        import cupy
+
+        with x.device:
+            return cupy.cuda.get_current_stream().ptr
+
+    @staticmethod
+    def lend(x):
+        return x
+
+    @staticmethod
+    def empty(shape, like, nbytes=None):
+        import cupy
+
+        with like.device:
+            if nbytes is not None:
+                return cupy.empty(nbytes, dtype=cupy.uint8)
+            return cupy.empty(shape, dtype=cupy.float32)
+
+
+_FRAMEWORKS = {"torch": _Torch, "cupy": _CuPy}
+
+
+def _framework_name(x):
+    return type(x).__module__.split(".")[0]
+
+
+def _from_dlpack_of(x):
+    """The ``from_dlpack`` of x's framework, or None."""
+    name = _framework_name(x)
+    if name in ("jax", "jaxlib"):
+        import jax.numpy
+
+        return jax.numpy.from_dlpack
+    return getattr(_sys.modules.get(name), "from_dlpack", None)
+
+
+def _forward_on_gpu(step, q, k, v, causal, scale, stream, check_finite):
+    framework = _FRAMEWORKS.get(_framework_name(q))
+    if framework is not None:
+        q, k, v = framework.lend(q), framework.lend(k), framework.lend(v)
+        if stream is None:
+            stream = framework.stream(q)
+    shape = step.check_inputs(q, k, v, stream=stream)  # the one-line errors, before anything is allocated
+    o_shape = (shape.batch, shape.heads, shape.seq_q, shape.head_dim)
+    lse_shape = o_shape[:3]
+    nbytes = step.workspace_bytes(shape)
+    if framework is not None:
+        o, lse = framework.empty(o_shape, q), framework.empty(lse_shape, q)
+        workspace = framework.empty(None, q, nbytes) if nbytes else None
+        step.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream,
+                    check_finite=check_finite)
+        return o, lse
+    # Any other framework (JAX, ...): memory this module owns, handed over through DLPack
+    # once the kernel has finished (so the consumer's stream needs no event to wait on).
+    device = _native.device_of(q)
+    o, lse = _native.DeviceArray(o_shape, device), _native.DeviceArray(lse_shape, device)
+    workspace = _native.DeviceArray(((nbytes + 3) // 4,), device) if nbytes else None
+    step.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream,
+                check_finite=check_finite)
+    _native.synchronize(stream)
+    from_dlpack = _from_dlpack_of(q)
+    return (from_dlpack(o), from_dlpack(lse)) if from_dlpack else (o, lse)
+
+
+# --------------------------------------------------------------------------------------
+# The steps of this build.
+
+_STEPS = [Step(native) for native in _native.steps()]
+
+
+def steps():
+    """Every step built in this tree, in teaching order."""
+    return list(_STEPS)
+
+
+def gpu_steps():
+    """The built steps that run on a GPU (empty when the build had no CUDA compiler)."""
+    return [s for s in _STEPS if s.needs_gpu]
+
+
+def step(key):
+    """A step by name ('step06_fa2'), short name ('step06') or number (6)."""
+    if isinstance(key, Step):
+        return key
+    for s in _STEPS:
+        if key in (s.name, s.short_name) or key == int(s.name[4:6]):
+            return s
+    built = ", ".join(s.name for s in _STEPS)
+    raise KeyError(f"no step {key!r} in this build (built: {built})")
+
+
+# flash_steps.step01 ... : each step under its C++ namespace's name.
+for _s in _STEPS:
+    globals()[_s.short_name] = _s
+    __all__.append(_s.short_name)
+del _s

@@ -1,0 +1,110 @@
+"""The GPU steps as PyTorch operators, for eager code, torch.compile and models.
+
+    import torch
+    import flash_steps.pytorch as fsp
+
+    q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda") for _ in range(3))
+    o = fsp.scaled_dot_product_attention(q, k, v, is_causal=True)       # like F.scaled_dot_product_attention
+    o, lse = torch.ops.flash_steps.step06_fa2(q, k, v, True, 0.125)     # one step's operator
+
+Each GPU step of the build is registered with ``torch.library.custom_op`` as
+``flash_steps::<step name>`` (``q, k, v, causal, scale -> (o, lse)``; scale None: 1/sqrt(d)) together with a fake
+implementation (``register_fake``: O and L's shapes from Q's, no GPU work), so that
+``torch.compile(fullgraph=True)`` traces a model through the operator instead of
+breaking the graph, and FakeTensor/meta tensors can flow through it.
+
+The operator takes float32 CUDA tensors [B, H, N, d]. Views (a transposed [B, N, H, d]
+layout, as attention layers make) are copied to contiguous tensors first, as SDPA
+would; the kernel then runs on them through DLPack without a further copy, on the
+current stream. Forward only: no backward is registered. Unlike
+``Step.attention_forward``, the operator does not scan the inputs for NaN or infinity
+(that needs a wait for the GPU, which has no place in a compiled graph): NaN in, NaN out,
+as with SDPA.
+"""
+
+from typing import Optional
+
+import torch
+
+import flash_steps
+
+__all__ = ["OPS", "DEFAULT_STEP", "attention", "scaled_dot_product_attention", "op"]
+
+
+def _register(step):
+    """Registers ``step`` as the operator flash_steps::<step.name>; returns it."""
+
+    @torch.library.custom_op(f"flash_steps::{step.name}", mutates_args=())
+    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        # detach: a tensor that requires grad refuses __dlpack__; contiguous: DLPack lends no views.
+        q, k, v = (t.detach().contiguous() for t in (q, k, v))
+        # The current stream, for the kernel and for every __dlpack__: the tensors were
+        # made on it, so no event is recorded (and CUDA graph capture is not disturbed).
+        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
+        shape = step.check_inputs(q, k, v, stream=stream)  # the step's one-line errors, before allocating
+        o = torch.empty_like(q)
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        nbytes = step.workspace_bytes(shape)
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
+        step.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream)
+        return o, lse
+
+    @forward.register_fake
+    def _(q, k, v, causal, scale):
+        # What the real operator returns, without running it: O like Q (contiguous), L
+        # one dimension less, both float32 on Q's device.
+        torch._check(q.dim() == 4, lambda: f"q must have 4 dimensions [B, H, N, d], got {q.dim()}")
+        return q.new_empty(q.shape), q.new_empty(q.shape[:-1])
+
+    return forward
+
+
+#: The operators, by step name: one per GPU step of this build.
+OPS = {step.name: _register(step) for step in flash_steps.gpu_steps()}
+
+#: The step used when none is named: the last GPU step built (the fastest rung).
+DEFAULT_STEP = next(reversed(OPS), None)
+
+
+def op(step=None):
+    """The operator of ``step`` (a name, short name, number or Step; None: DEFAULT_STEP)."""
+    if not OPS:
+        raise flash_steps.NoGpuError("this build of flash_steps has no GPU steps (it was built without CUDA)")
+    if step is None:
+        name = DEFAULT_STEP
+    elif isinstance(step, str) and step in OPS:
+        name = step
+    else:
+        name = flash_steps.step(step).name
+    if name not in OPS:
+        raise ValueError(f"{name} runs on the CPU; the PyTorch operators are the GPU steps: {', '.join(OPS)}")
+    return OPS[name]
+
+
+def attention(q, k, v, causal=False, scale=None, *, step=None):
+    """(o, lse) of ``step`` for CUDA tensors q [B, H, N_q, d], k and v [B, H, N_kv, d]."""
+    # None reaches the step, which takes 1/sqrt(d): no arithmetic on a size that
+    # torch.compile may have made symbolic.
+    return op(step)(q, k, v, bool(causal), None if scale is None else float(scale))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                 scale=None, enable_gqa=False, *, step=None):
+    """O like ``torch.nn.functional.scaled_dot_product_attention``, computed by a step.
+
+    The same arguments, for float32 CUDA tensors [B, H, N, d]. The steps apply no mask
+    but the causal one (``is_causal``, top-left aligned as in SDPA) and no dropout: an
+    ``attn_mask`` or a ``dropout_p`` is refused with a ValueError. ``enable_gqa``: K and V
+    may have fewer heads than Q (a divisor), repeated to Q's as SDPA does.
+    """
+    if attn_mask is not None:
+        raise ValueError("the steps apply only the causal mask (is_causal=True); attn_mask is not supported")
+    if dropout_p != 0.0:
+        raise ValueError("the steps compute the forward pass without dropout; dropout_p must be 0")
+    if enable_gqa and key.shape[1] != query.shape[1]:
+        groups = query.shape[1] // key.shape[1]
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    o, _ = attention(query, key, value, is_causal, scale, step=step)
+    return o

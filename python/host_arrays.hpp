@@ -1,0 +1,73 @@
+/// \file host_arrays.hpp
+/// \brief NumPy arrays in and out: the Problem a step runs on, and O and L handed back.
+///
+/// A step reads its inputs from a common::Problem, which holds copies of Q, K
+/// and V, and returns std::vectors. So NumPy arrays of any strides are taken
+/// (copied, as every step copies its inputs anyway), but only float32 ones:
+/// another dtype is refused rather than converted, so that no precision is lost
+/// or invented out of sight. Results become NumPy arrays without a copy.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/problem.hpp"
+#include "common/step.hpp"
+
+namespace flash_python {
+
+namespace py = pybind11;
+
+/// The precisions `step` takes at its interface. StepInfo has no field for them
+/// yet: every step takes float32 (DESIGN.md). The one place to change when a
+/// step adds bf16 or fp16.
+inline std::vector<std::string> step_dtypes(const common::StepInfo& /*step*/) { return {"float32"}; }
+
+/// "torch.Tensor", "numpy.ndarray", "list": the type of `object`, for messages.
+std::string type_name(py::handle object);
+
+/// The softmax scale a call asked for: 1/sqrt(d) when None; InputError when it
+/// is not a finite float32 number.
+float scale_or_default(std::optional<double> scale, int64_t head_dim);
+
+/// The dimensions of `array` as common::shape_of reads them.
+std::vector<int64_t> dims_of(const py::array& array);
+
+/// `object` as a float32 NumPy array: TypeError naming `name` for anything else
+/// (another type, another dtype).
+py::array float32_array(py::handle object, const std::string& name);
+
+/// The Problem of q, k, v (float32 NumPy arrays [B, H, N, d]): sizes checked
+/// (common::shape_of) before anything is copied, then the copies checked for
+/// NaN and infinity. The messages name the arguments: "q", "k", "v".
+common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bool causal,
+                                    std::optional<double> scale);
+
+/// O and L of `shape` given as float32 NumPy arrays, as a common::Result, for
+/// the tolerance rule (check_result).
+common::Result result_from_arrays(py::handle o, py::handle lse, const common::Shape& shape);
+
+/// `data` as a NumPy array of `dims`, without a copy: the array owns the vector.
+template <class T>
+py::array_t<T> to_array(std::vector<T>&& data, const std::vector<py::ssize_t>& dims) {
+  auto owned = std::make_unique<std::vector<T>>(std::move(data));
+  T* values = owned->data();
+  py::capsule owner(owned.get(), [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  owned.release();  // the capsule frees it from now on
+  return py::array_t<T>(dims, values, owner);
+}
+
+/// (B, H, N_q, d): the dimensions of O.
+std::vector<py::ssize_t> o_dims(const common::Shape& s);
+
+/// (B, H, N_q): the dimensions of L.
+std::vector<py::ssize_t> lse_dims(const common::Shape& s);
+
+}  // namespace flash_python

@@ -1,0 +1,196 @@
+/// \file module.cpp
+/// \brief flash_steps._native: every built step, the fp64 reference and the tolerance rule, for Python.
+///
+/// The compiled half of the `flash_steps` package (python/flash_steps/ is the
+/// other half, in Python). It binds what the C++ programs use:
+///
+/// - `steps()`: every step built in this tree (the tour's list), each a `Step`
+///   with its StepInfo's fields and two ways to run it:
+///   `forward(q, k, v, ...)` on NumPy arrays (any step: a GPU step uploads and
+///   downloads through its session) and, for GPU steps, `launch(q, k, v, o,
+///   lse, workspace, ...)` on CUDA tensors lent through DLPack (GpuKernel::launch
+///   on the caller's memory and stream, no copy);
+/// - `reference_attention` and `check_result`: the fp64 reference and
+///   FlashAttention-2's tolerance rule of common/reference.hpp, so that Python
+///   tests judge a step by the same rule as the C++ tests;
+/// - the errors: common::InputError is `InputError`, a ValueError;
+///   common::NoGpuError is `NoGpuError`, a RuntimeError; CUDA errors are
+///   RuntimeErrors; a wrong type or dtype is a TypeError. Each carries the
+///   steps' one-line message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "common/step.hpp"
+#include "host_arrays.hpp"
+#include "tour_steps.hpp"
+#if FLASH_HAVE_CUDA
+#include "dlpack_tensors.hpp"
+#endif
+
+namespace flash_python {
+
+namespace {
+
+/// Runs `step` on NumPy arrays and returns (o, lse) as NumPy arrays. Every step
+/// takes this path: a GPU step uploads once, launches and downloads once.
+py::tuple forward_arrays(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, bool causal,
+                  std::optional<double> scale, int64_t sram_floats) {
+  if (sram_floats < 0) {
+    throw common::InputError("sram_floats must be >= 0 (0 = the step's default), got " + std::to_string(sram_floats));
+  }
+  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
+  common::Options options;
+  options.sram_floats = sram_floats;
+  common::Result result;
+  {
+    py::gil_scoped_release release;  // minutes for the simulator of step 3: other threads may run
+    result = step.forward(problem, options);
+  }
+  return py::make_tuple(to_array(std::move(result.o), o_dims(problem.shape)),
+                        to_array(std::move(result.lse), lse_dims(problem.shape)));
+}
+
+/// O and L of fp64 standard attention on NumPy arrays: (o, lse) as float64 arrays.
+py::tuple reference(py::handle q, py::handle k, py::handle v, bool causal, std::optional<double> scale) {
+  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
+  common::Reference ref;
+  {
+    py::gil_scoped_release release;
+    ref = common::reference_attention(problem);
+  }
+  return py::make_tuple(to_array(std::move(ref.o), o_dims(problem.shape)),
+                        to_array(std::move(ref.lse), lse_dims(problem.shape)));
+}
+
+/// The tolerance rule's verdict on (o, lse) for these inputs.
+common::Verdict check(py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse, bool causal,
+                      std::optional<double> scale) {
+  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
+  const common::Result result = result_from_arrays(o, lse, problem.shape);
+  py::gil_scoped_release release;
+  return common::check_result(problem, result);
+}
+
+}  // namespace
+
+}  // namespace flash_python
+
+/// The module. Docstrings are what `help(flash_steps)` shows.
+PYBIND11_MODULE(_native, m) {
+  namespace py = pybind11;
+  m.doc() = "FlashAttention, step by step: the compiled half of flash_steps (see python/flash_steps/__init__.py).";
+
+  py::register_exception<common::InputError>(m, "InputError", PyExc_ValueError);
+  py::register_exception<common::NoGpuError>(m, "NoGpuError", PyExc_RuntimeError);
+
+  py::class_<common::Shape>(m, "Shape", "Sizes of one problem: Q is (B, H, N_q, d), K and V are (B, H, N_kv, d).")
+      .def(py::init([](int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, int64_t head_dim) {
+             const common::Shape shape{batch, heads, seq_q, seq_kv, head_dim};
+             common::validate(shape);
+             return shape;
+           }),
+           py::arg("batch"), py::arg("heads"), py::arg("seq_q"), py::arg("seq_kv"), py::arg("head_dim"))
+      .def_readonly("batch", &common::Shape::batch, "B")
+      .def_readonly("heads", &common::Shape::heads, "H")
+      .def_readonly("seq_q", &common::Shape::seq_q, "N_q")
+      .def_readonly("seq_kv", &common::Shape::seq_kv, "N_kv")
+      .def_readonly("head_dim", &common::Shape::head_dim, "d")
+      .def("__repr__", [](const common::Shape& s) { return "Shape(" + common::describe(s) + ")"; });
+
+  py::class_<common::Verdict>(m, "Verdict", "The tolerance rule's verdict (common::check_result).")
+      .def_readonly("passed", &common::Verdict::passed, "every output finite and both errors within tolerance")
+      .def_readonly("failure", &common::Verdict::failure, "why it failed, in one line (empty when passed)")
+      .def_property_readonly("max_err_o", [](const common::Verdict& v) { return v.errors.max_err_o; })
+      .def_property_readonly("max_err_lse", [](const common::Verdict& v) { return v.errors.max_err_lse; })
+      .def_property_readonly("baseline_o", [](const common::Verdict& v) { return v.baseline.max_err_o; },
+                             "max error of O of fp32 standard attention on the same inputs")
+      .def_property_readonly("baseline_lse", [](const common::Verdict& v) { return v.baseline.max_err_lse; })
+      .def_property_readonly("tolerance_o", [](const common::Verdict& v) { return v.tolerance.o; },
+                             "2 x baseline_o + 1e-6")
+      .def_property_readonly("tolerance_lse", [](const common::Verdict& v) { return v.tolerance.lse; })
+      .def("__bool__", [](const common::Verdict& v) { return v.passed; })
+      .def("__repr__", [](const common::Verdict& v) {
+        return std::string(v.passed ? "Verdict(passed" : "Verdict(FAILED: " + v.failure) +
+               ", max_err_o=" + std::to_string(v.errors.max_err_o) + " <= " + std::to_string(v.tolerance.o) +
+               ", max_err_lse=" + std::to_string(v.errors.max_err_lse) + " <= " + std::to_string(v.tolerance.lse) +
+               ")";
+      });
+
+  auto step = py::class_<common::StepInfo>(m, "Step", "One step of the tutorial, as the programs see it (StepInfo).");
+  step.def_readonly("name", &common::StepInfo::name, "directory name, e.g. 'step06_fa2'")
+      .def_readonly("title", &common::StepInfo::title, "one line: what the step adds")
+      .def_readonly("needs_gpu", &common::StepInfo::needs_gpu, "runs on a CUDA GPU")
+      .def_readonly("head_dims", &common::StepInfo::head_dims, "supported d (empty: any d >= 1)")
+      .def_readonly("uses_sram_budget", &common::StepInfo::uses_sram_budget, "tiles come from an SRAM budget M")
+      .def_readonly("default_sram_floats", &common::StepInfo::default_sram_floats, "M when none is given")
+      .def_property_readonly("dtypes", &flash_python::step_dtypes, "the dtypes the step takes: ['float32']")
+      .def_property_readonly(
+          "precisions",
+          [](const common::StepInfo& s) {
+            std::vector<std::string> names;
+            for (common::Precision p : s.precisions) names.emplace_back(common::name(p));
+            return names;
+          },
+          "the precisions it computes in (the programs' --dtype), its own first: ['fp32']")
+      .def("forward", &flash_python::forward_arrays, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
+           py::arg("scale") = py::none(), py::arg("sram_floats") = 0,
+           "(o, lse) for float32 NumPy arrays q, k, v [B, H, N, d] (any strides: copied). Any step; a GPU step\n"
+           "uploads, launches once and downloads. sram_floats: the budget M of steps that use one (0: default).")
+      .def("workspace_bytes",
+           [](const common::StepInfo& s, const common::Shape& shape) -> int64_t {
+             return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape) : 0;
+           },
+           py::arg("shape"), "bytes of device memory launch() needs as `workspace` (0: none)")
+      .def("__repr__", [](const common::StepInfo& s) { return "<Step " + s.name + ": " + s.title + ">"; });
+
+  m.def("steps", [] { return tour::built_steps(); }, "every step built in this tree, in teaching order");
+  m.def("unbuilt_steps", [] { return tour::unbuilt_steps(); },
+        "steps whose directory exists but that this build left out (no CUDA compiler)");
+  m.def("reference_attention", &flash_python::reference, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),
+        py::arg("causal") = false, py::arg("scale") = py::none(),
+        "(o, lse) of standard attention in fp64 (common::reference_attention) for float32 NumPy arrays");
+  m.def("check_result", &flash_python::check, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+        py::arg("lse"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
+        "the tolerance rule's Verdict on (o, lse): max error against the fp64 reference at most\n"
+        "2 x that of fp32 standard attention on the same inputs + 1e-6 (common::check_result)");
+
+#if FLASH_HAVE_CUDA
+  m.attr("cuda_built") = true;
+  m.def("gpu_available", &flash_python::gpu_available, "a CUDA GPU can be used");
+  step.def(
+      "check_inputs",
+      [](const common::StepInfo& s, py::handle q, py::handle k, py::handle v, std::optional<int64_t> stream) {
+        return flash_python::check_inputs(s, q, k, v, stream);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("stream") = py::none(),
+      "the Shape of CUDA tensors q, k, v, checked as launch() checks them (before outputs are allocated)");
+  step.def("launch", &flash_python::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+           py::arg("lse"), py::arg("workspace") = py::none(), py::kw_only(), py::arg("causal") = false,
+           py::arg("scale") = py::none(), py::arg("stream") = py::none(), py::arg("check_finite") = false,
+           "Enqueues the step's kernel on CUDA tensors lent through DLPack (no copy): reads q, k, v\n"
+           "[B, H, N, d] float32, writes o [B, H, N_q, d] and lse [B, H, N_q] in place. stream: the\n"
+           "cudaStream_t to run on, as an integer (None or 0: the legacy default stream); each tensor's\n"
+           "__dlpack__(stream=...) makes it wait for the tensor's producer. Not waited for.\n"
+           "check_finite: refuse NaN or infinity in q, k, v first (a wait for the stream).");
+  m.def("device_of", &flash_python::device_of, py::arg("tensor"), "the CUDA device id of a DLPack tensor");
+  m.def("synchronize", &flash_python::synchronize, py::arg("stream") = py::none(),
+        "waits for the work enqueued on `stream` (an integer handle; None: the legacy default stream)");
+  py::class_<flash_python::DeviceArray>(m, "DeviceArray",
+                                        "float32 device memory owned by this module, lent through DLPack: outputs\n"
+                                        "for frameworks the package cannot allocate with (pass it to from_dlpack)")
+      .def(py::init<std::vector<int64_t>, int>(), py::arg("shape"), py::arg("device") = 0)
+      .def_property_readonly("shape", [](const flash_python::DeviceArray& a) { return py::tuple(py::cast(a.dims())); })
+      .def("__dlpack__", &flash_python::DeviceArray::dlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__", &flash_python::DeviceArray::dlpack_device);
+#else
+  m.attr("cuda_built") = false;
+  m.def("gpu_available", [] { return false; }, "a CUDA GPU can be used (never: this build has no CUDA)");
+#endif
+}

@@ -1,0 +1,143 @@
+"""Every CPU step called from NumPy, judged by the C++ tests' rule (common::check_result).
+
+The tolerance rule: a step's max error against the fp64 reference is at most twice the
+max error of fp32 standard attention on the same inputs, plus 1e-6. check_result is
+the C++ function itself, so Python and C++ judge a step alike.
+"""
+import numpy as np
+import pytest
+
+import flash_steps
+from conftest import SEED, random_qkv
+
+CPU_STEPS = [s for s in flash_steps.steps() if not s.needs_gpu]
+
+# (B, H, N_q, N_kv, d, causal, scale or None, magnitude of Q and K)
+CASES = [
+    (1, 1, 1, 1, 1, False, None, 1.0),
+    (1, 1, 2, 2, 1, True, None, 1.0),
+    (2, 3, 17, 33, 8, True, None, 1.0),
+    (1, 2, 33, 17, 8, True, None, 1.0),
+    (1, 2, 100, 31, 64, False, 0.3, 1.0),
+    (1, 1, 16, 16, 80, True, None, 1.0),
+    (2, 1, 31, 100, 32, False, -0.5, 1.0),
+    (1, 1, 64, 64, 32, True, None, 30.0),  # scores of size 1e3: no overflow
+]
+
+
+def case_id(case):
+    b, h, n_q, n_kv, d, causal, scale, magnitude = case
+    return f"B{b}H{h}_Nq{n_q}_Nkv{n_kv}_d{d}{'_causal' if causal else ''}" + (
+        f"_scale{scale}" if scale else "") + (f"_x{magnitude:g}" if magnitude != 1 else "")
+
+
+def test_the_build_has_cpu_steps():
+    assert [s.short_name for s in CPU_STEPS] == ["step01", "step02", "step03"][: len(CPU_STEPS)]
+    assert CPU_STEPS, "steps 1-3 are always built"
+
+
+@pytest.mark.parametrize("step", CPU_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_cpu_step_matches_the_fp64_reference(step, case, rng):
+    b, h, n_q, n_kv, d, causal, scale, magnitude = case
+    q, k, v = random_qkv(rng, b, h, n_q, n_kv, d, magnitude)
+    o, lse = step.attention_forward(q, k, v, causal=causal, scale=scale)
+    assert o.shape == (b, h, n_q, d) and lse.shape == (b, h, n_q)
+    assert o.dtype == np.float32 and lse.dtype == np.float32
+    verdict = flash_steps.check_result(q, k, v, o, lse, causal=causal, scale=scale)
+    assert verdict.passed, f"{verdict!r} (FLASH_TEST_SEED={SEED})"
+
+
+def test_the_hand_worked_example_gives_minus_0_88():
+    # Seed 000's example: N=2, d=1, Q=[1,1], K=[0,2], V=[0,-1] -> O=[-0.88, -0.88].
+    q = np.array([1, 1], np.float32).reshape(1, 1, 2, 1)
+    k = np.array([0, 2], np.float32).reshape(1, 1, 2, 1)
+    v = np.array([0, -1], np.float32).reshape(1, 1, 2, 1)
+    for step in CPU_STEPS:
+        o, _ = step.attention_forward(q, k, v)
+        np.testing.assert_allclose(o.ravel(), [-0.88, -0.88], rtol=0, atol=0.005, err_msg=step.name)
+
+
+def test_the_reference_is_standard_attention_in_fp64(rng):
+    q, k, v = random_qkv(rng, 2, 2, 9, 13, 8)
+    o, lse = flash_steps.reference_attention(q, k, v, causal=True, scale=0.7)
+    assert o.dtype == np.float64 and lse.dtype == np.float64
+    scale = float(np.float32(0.7))  # the problem holds the scale as float32, as the steps use it
+    s = scale * np.einsum("bhqc,bhkc->bhqk", q.astype(np.float64), k.astype(np.float64))
+    s[..., np.triu(np.ones((9, 13), bool), 1)] = -np.inf  # top-left: query i sees keys j <= i
+    expected_lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    p = np.exp(s - expected_lse[..., None])
+    np.testing.assert_allclose(lse, expected_lse, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(o, p @ v.astype(np.float64), rtol=0, atol=1e-12)
+
+
+def test_check_result_fails_a_wrong_answer(rng):
+    q, k, v = random_qkv(rng, 1, 2, 20, 20, 16)
+    o, lse = flash_steps.step01.attention_forward(q, k, v)
+    assert flash_steps.check_result(q, k, v, o, lse)
+    o[0, 1, 19, 3] += 1e-3  # a tail-tile bug's size of error
+    verdict = flash_steps.check_result(q, k, v, o, lse)
+    assert not verdict and verdict.max_err_o > verdict.tolerance_o
+    o[0, 1, 19, 3] = np.nan  # an unwritten element
+    assert not flash_steps.check_result(q, k, v, o, lse).passed
+
+
+def test_non_contiguous_arrays_are_copied_not_refused(rng):
+    # A [B, N, H, d] array seen as [B, H, N, d]: the layout attention layers produce.
+    q_bnhd = rng.standard_normal((2, 19, 3, 8)).astype(np.float32)
+    q = q_bnhd.transpose(0, 2, 1, 3)
+    assert not q.flags.c_contiguous
+    k = rng.standard_normal((2, 3, 23, 8)).astype(np.float32)[:, :, ::-1]  # negative strides too
+    v = np.asfortranarray(rng.standard_normal((2, 3, 23, 8)).astype(np.float32))
+    contiguous = [np.ascontiguousarray(x) for x in (q, k, v)]
+    for step in CPU_STEPS:
+        o, lse = step.attention_forward(q, k, v, causal=True)
+        assert flash_steps.check_result(*contiguous, o, lse, causal=True).passed, step.name
+        # The same numbers as from contiguous copies (to rounding: steps 1 and 2 vectorise
+        # with Eigen, whose sums may round differently for data at another alignment).
+        o_c, lse_c = step.attention_forward(*contiguous, causal=True)
+        np.testing.assert_allclose(o, o_c, rtol=0, atol=1e-6, err_msg=step.name)
+        np.testing.assert_allclose(lse, lse_c, rtol=0, atol=1e-6, err_msg=step.name)
+
+
+def test_inputs_are_not_modified_and_outputs_are_fresh_arrays(rng):
+    q, k, v = random_qkv(rng, 1, 1, 8, 8, 4)
+    before = [x.copy() for x in (q, k, v)]
+    o, lse = flash_steps.step02.attention_forward(q, k, v)
+    for x, y in zip((q, k, v), before):
+        np.testing.assert_array_equal(x, y)
+    assert o.flags.c_contiguous and o.flags.writeable and not o.flags.owndata  # the capsule owns it
+    o2, _ = flash_steps.step02.attention_forward(q, k, v)
+    assert not np.shares_memory(o, o2)
+
+
+def test_step02_takes_the_sram_budget(rng):
+    # Seed 000's 2x2 case broke a first attempt at M = 9: tiles of one row.
+    q, k, v = random_qkv(rng, 1, 2, 37, 29, 8)
+    for m in (9, 64, 4096):
+        o, lse = flash_steps.step02.attention_forward(q, k, v, causal=True, sram_floats=m)
+        assert flash_steps.check_result(q, k, v, o, lse, causal=True).passed, f"M={m}"
+
+
+def test_steps_are_found_by_name_short_name_and_number():
+    assert flash_steps.step("step02_tiled_cpu") is flash_steps.step02
+    assert flash_steps.step("step02") is flash_steps.step02
+    assert flash_steps.step(2) is flash_steps.step02
+    assert flash_steps.step02.title and flash_steps.step02.dtypes == ["float32"]
+    assert all(s.precisions == ["fp32"] for s in flash_steps.steps())
+    assert flash_steps.step01.head_dims == []  # any d
+    for s in flash_steps.gpu_steps():
+        assert s.head_dims and s.needs_gpu
+    with pytest.raises(KeyError, match="no step 'step99'"):
+        flash_steps.step("step99")
+
+
+def test_shapes_are_validated_and_gpu_steps_say_what_workspace_they_need():
+    shape = flash_steps.Shape(batch=2, heads=3, seq_q=100, seq_kv=50, head_dim=64)
+    assert (shape.batch, shape.heads, shape.seq_q, shape.seq_kv, shape.head_dim) == (2, 3, 100, 50, 64)
+    with pytest.raises(ValueError, match=r"heads must be >= 1 \(got 0\)"):
+        flash_steps.Shape(2, 0, 100, 50, 64)
+    assert flash_steps.step02.workspace_bytes(shape) == 0  # a CPU step launches nothing
+    for s in flash_steps.gpu_steps():  # steps 4 and 5 keep l and m in global memory
+        expected = 2 * 2 * 3 * 100 * 4 if s.short_name in ("step04", "step05") else 0
+        assert s.workspace_bytes(shape) == expected, s.name

@@ -1,0 +1,70 @@
+"""The PyTorch operators under torch.compile(fullgraph=True), and their fake implementation.
+
+Run by ctest through run.py, which reports the file skipped without torch or a GPU.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+import flash_steps
+import flash_steps.pytorch as fsp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import compile_one_step  # noqa: E402
+
+GPU_STEPS = flash_steps.gpu_steps()
+
+
+def make_qkv(b=2, h=4, n_q=128, n_kv=192, d=64):
+    gen = torch.Generator("cuda").manual_seed(0)
+    return tuple(torch.randn(b, h, n, d, device="cuda", generator=gen) for n in (n_q, n_kv, n_kv))
+
+
+@pytest.mark.parametrize("step", GPU_STEPS, ids=lambda s: s.name)
+def test_opcheck_schema_fake_and_dispatch(step):
+    # torch.library.opcheck: the schema matches what the operator does, the fake
+    # implementation's outputs match the real ones' (shape, dtype, strides), and
+    # AOTAutograd can trace it with dynamic shapes.
+    q, k, v = make_qkv()
+    torch.library.opcheck(fsp.OPS[step.name], (q, k, v, True, 0.125))
+
+
+@pytest.mark.parametrize("step", GPU_STEPS, ids=lambda s: s.name)
+def test_the_fake_implementation_runs_nothing(step):
+    op = getattr(torch.ops.flash_steps, step.name)
+    with FakeTensorMode() as mode:
+        q, k, v = (mode.from_tensor(x) for x in make_qkv(3, 2, 1000, 77, 64))
+        o, lse = op(q, k, v, False, 0.125)
+    assert isinstance(o, FakeTensor) and isinstance(lse, FakeTensor)
+    assert o.shape == (3, 2, 1000, 64) and lse.shape == (3, 2, 1000)
+    assert o.dtype == lse.dtype == torch.float32 and o.device.type == "cuda"
+    # Meta tensors (no data at all) take the same path.
+    o, lse = op(*(torch.empty(1, 2, 5, 32, device="meta") for _ in range(3)), True, 0.5)
+    assert o.device.type == "meta" and o.shape == (1, 2, 5, 32) and lse.shape == (1, 2, 5)
+
+
+@pytest.mark.parametrize("step", GPU_STEPS, ids=lambda s: s.name)
+def test_torch_compile_fullgraph_traces_through_the_step(step):
+    torch._dynamo.reset()
+    # Inductor's code generation takes seconds: for the default step only; the others
+    # are traced with fullgraph=True by a backend that keeps the graph.
+    r = compile_one_step.run(step.name, batch=2, seq=256, repeat=3, inductor=step.name == fsp.DEFAULT_STEP)
+    assert r["graphs"] == 1 and r["graph_breaks"] == 0
+    assert len(r["op_nodes"]) == 1 and f"flash_steps.{step.name}" in r["op_nodes"][0], r["op_nodes"]
+    assert r["max_diff_compiled_vs_eager"] <= 1e-5 * max(1.0, r["max_abs"])
+    assert r["max_diff_vs_sdpa"] <= 1e-4 * max(1.0, r["max_abs"])
+
+
+def test_dynamic_shapes_compile_once_for_many_lengths():
+    # aot_eager: AOTAutograd traces with FakeTensors of symbolic sizes (the fake
+    # implementation at work) without Inductor's code generation.
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: fsp.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             fullgraph=True, dynamic=True, backend="aot_eager")
+    for n in (64, 100, 257):
+        q, k, v = make_qkv(1, 2, n, n, 64)
+        expected = fsp.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(compiled(q, k, v), expected, rtol=0, atol=0)
