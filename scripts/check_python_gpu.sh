@@ -23,7 +23,7 @@ out=${1:?usage: scripts/check_python_gpu.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
-build=build-python
+build=${FLASH_PYTHON_BUILD:-build-python}  # e.g. build-gpu, to reuse what gpu_round.sh built
 python=$(command -v python3)
 results="$out/results.csv"
 echo "check,status,passed,failed,skipped,seconds" >"$results"
@@ -37,7 +37,7 @@ fail() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   "$python" -c "import sys, torch, numpy; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__)"
   "$python" -c "import transformers, transformers.masking_utils as m; print('transformers', transformers.__version__, 'AttentionInterface', hasattr(transformers, 'AttentionInterface'), 'AttentionMaskInterface', hasattr(m, 'AttentionMaskInterface'))" || echo "transformers: not importable"
-  "$python" -c "import pybind11; print('pybind11', pybind11.__version__)"
+  "$python" -c "import pybind11; print('pybind11', pybind11.__version__)" || echo "pybind11: not importable (CMake finds it under CMAKE_PREFIX_PATH)"
 } >"$out/versions.txt" 2>&1 || fail "python3 lacks torch, numpy or pybind11" "$out/versions.txt"
 cat "$out/versions.txt"
 
@@ -45,9 +45,10 @@ echo "== configure and build the module"
 start=$SECONDS
 prefix=()
 [[ -d .carry/deps/usr ]] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.carry/deps/usr")
+# pip's pybind11 if this python has it; else Debian's (pybind11-dev, e.g. in .carry/deps).
+if pybind11_dir=$("$python" -m pybind11 --cmakedir 2>/dev/null); then prefix+=(-Dpybind11_DIR="$pybind11_dir"); fi
 { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix[@]}" \
-    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DPython_EXECUTABLE="$python" \
-    -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" &&
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DPython_EXECUTABLE="$python" &&
   cmake --build "$build" -j "$(nproc)" --target flash_steps_python; } >"$out/build.log" 2>&1 ||
   fail "build" "$out/build.log"
 grep -q "Python module: .*flash_steps for" "$out/build.log" || fail "the Python module was not configured" "$out/build.log"

@@ -59,7 +59,7 @@ def compare(step="step08_fa2_pipelined", layers=4, hidden=512, heads=8, kv_heads
         return flash_steps.pytorch.scaled_dot_product_attention(*args, step=step.name, **kwargs)
 
     # [register]
-    name = flash_steps.hf.register(step.name, sdpa=counted_sdpa)  # "flash_steps_step08_fa2_pipelined"
+    name = flash_steps.hf.register(step.name, sdpa=counted_sdpa)  # "tutorial_step08_fa2_pipelined"
     # [register]
 
     torch.manual_seed(seed)

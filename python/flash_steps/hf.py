@@ -1,7 +1,7 @@
 """A step as an attention implementation of Hugging Face transformers.
 
     import flash_steps.hf
-    name = flash_steps.hf.register("step08")            # -> "flash_steps_step08_fa2_pipelined"
+    name = flash_steps.hf.register("step08")            # -> "tutorial_step08_fa2_pipelined"
     model = AutoModelForCausalLM.from_config(config, attn_implementation=name)
     # or, for a model already built:  flash_steps.hf.set_attention(model, name)
 
@@ -86,7 +86,7 @@ def register(step="step08_fa2_pipelined", *, name=None, sdpa=None, attention_int
     """Registers a GPU step as an attention implementation; returns its name.
 
     step: a step's name, short name or number. name: the implementation's name
-    (default ``flash_steps_<step name>``). sdpa: what computes O (default: the step's
+    (default ``tutorial_<step name>``). sdpa: what computes O (default: the step's
     PyTorch operator). attention_interface, mask_interface: the registries (default:
     transformers' ``AttentionInterface`` and ``AttentionMaskInterface``).
     """
@@ -97,7 +97,12 @@ def register(step="step08_fa2_pipelined", *, name=None, sdpa=None, attention_int
 
         step_name = flash_steps.step(step).name
         sdpa = functools.partial(pytorch.scaled_dot_product_attention, step=step_name)
-    name = name or f"flash_steps_{step_name}"
+    # Not "flash_...": transformers takes any implementation name that contains "flash"
+    # for a FlashAttention kernel and looks for it among its hub kernels instead.
+    name = name or f"tutorial_{step_name}"
+    if "flash" in name:
+        raise ValueError(f"attention implementation name {name!r} contains 'flash', which transformers "
+                         "reserves for FlashAttention kernels from its hub; choose another name")
     if attention_interface is None:
         try:
             from transformers import AttentionInterface as attention_interface

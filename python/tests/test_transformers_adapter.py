@@ -62,8 +62,11 @@ def registered():
 
 def test_register_puts_an_attention_and_a_mask_function_under_one_name(registered):
     name, attention, mask, _ = registered
-    assert name == "flash_steps_step01_naive"
+    assert name == "tutorial_step01_naive"
     assert callable(attention) and callable(mask)
+    with pytest.raises(ValueError, match="contains 'flash'"):
+        hf.register("step01_naive", name="flash_mine", sdpa=fake_sdpa([]), attention_interface=fake_registry(),
+                    mask_interface=fake_registry())
     attention_registry, mask_registry = fake_registry(), fake_registry()
     assert hf.register("step01_naive", name="mine", sdpa=fake_sdpa([]), attention_interface=attention_registry,
                        mask_interface=mask_registry) == "mine"
@@ -133,8 +136,8 @@ def test_the_mask_function_builds_no_mask_and_refuses_padding_and_other_patterns
 def test_set_attention_uses_the_models_setter_or_its_config():
     chosen = []
     with_setter = SimpleNamespace(set_attn_implementation=chosen.append)
-    hf.set_attention(with_setter, "flash_steps_step06_fa2")
-    assert chosen == ["flash_steps_step06_fa2"]
+    hf.set_attention(with_setter, "tutorial_step06_fa2")
+    assert chosen == ["tutorial_step06_fa2"]
     older = SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa"))
-    hf.set_attention(older, "flash_steps_step06_fa2")
-    assert older.config._attn_implementation == "flash_steps_step06_fa2"
+    hf.set_attention(older, "tutorial_step06_fa2")
+    assert older.config._attn_implementation == "tutorial_step06_fa2"
