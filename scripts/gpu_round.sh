@@ -2,13 +2,17 @@
 # The whole GPU round in one call, on the GPU machine:
 #   scripts/gpu_round.sh OUTDIR
 # configure + build (build-gpu, sm_90), GPU tests (must pass, never skip),
-# compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every
-# build-gpu/bin/step0[4-9]*_tests on the conformance shapes, the compiler's
-# resource report, the benchmark (CSV), one ncu profile per step at N=4096,
-# d=128; logs under OUTDIR and a summary table at the end. Any failure stops
-# the round with a non-zero exit. FLASH_ROUND_PHASES picks phases after the
-# build (default: "tests resources bench ncu sanitizer"), so that a round that
-# would not fit one 10-minute call can be split in two.
+# compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every GPU
+# step's test executable on the conformance shapes, the compiler's resource
+# report, the benchmark (CSV), one ncu profile per step at N=4096, d=128; logs
+# under OUTDIR and a summary table at the end. Any failure stops the round with
+# a non-zero exit. FLASH_ROUND_PHASES picks phases after the build (default:
+# "tests resources bench ncu sanitizer"), so that a round that would not fit one
+# 10-minute call can be split in two. Headers the GPU machine lacks (CLI11,
+# nlohmann-json) travel in .carry/deps (apt-get download + dpkg -x here).
+# FLASH_SAN_MODE=programs runs the sanitizers on each step's program over four
+# small shapes (every d, tails, causal) instead of the whole test suite: minutes
+# instead of tens of minutes, for a round that must fit a short lease.
 set -euo pipefail
 
 out=${1:?usage: scripts/gpu_round.sh OUTDIR}
@@ -29,9 +33,19 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 echo "== $(tail -n 1 "$out/gpu.txt"), $(date -u +%F)"
 
 echo "== configure and build"
-{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+prefix=()
+[[ -d .carry/deps/usr ]] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.carry/deps/usr")
+{ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix[@]}" \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 &&
   cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1 || fail "build" "$out/build.log"
 note build ok
+# The GPU steps: step 4 on (steps 1-3 run on the CPU).
+gpu_programs=()
+for prog in "$build"/bin/step[0-9][0-9]_*; do
+  name=$(basename "$prog")
+  [[ $name == *_tests || ${name:4:2} < 04 ]] && continue
+  gpu_programs+=("$prog")
+done
 
 if want tests; then
   echo "== GPU tests"
@@ -41,11 +55,42 @@ if want tests; then
   note "GPU tests" "$(grep -o '[0-9]*% tests passed.*' "$out/ctest_gpu.log")"
 fi
 
+if want perf; then
+  echo "== each GPU step at B=4, H=16, N=4096 (JSON lines, a table)"
+  : >"$out/perf.jsonl"
+  for prog in "${gpu_programs[@]}"; do
+    for d in 64 128; do
+      for causal in "" --causal; do
+        "$prog" --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim $d $causal --repeat 10 --json \
+          >>"$out/perf.jsonl" 2>>"$out/perf.err" || fail "perf run of $(basename "$prog")" "$out/perf.err"
+      done
+    done
+  done
+  # The table on stdout, and gpu_steps.csv: the file the step pages' "measured" tables
+  # come from (docs/tools/step_tables.sh), one row per step, d and mask.
+  python3 - "$out/perf.jsonl" "$out/gpu.txt" "$out/gpu_steps.csv" <<'PY'
+import csv, json, sys
+gpu = open(sys.argv[2]).read().splitlines()[-1].split(",")[0].strip()
+cols = ["gpu", "kernel", "batch", "heads", "seq_q", "seq_kv", "head_dim", "causal", "runs", "median_ms",
+        "tflops", "registers", "local_bytes", "smem_bytes", "blocks_per_sm", "B_r", "B_c", "threads"]
+with open(sys.argv[3], "w", newline="") as f:
+    w = csv.writer(f, lineterminator="\n")
+    w.writerow(cols)
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        print(f"{r['step']:28s} d={r['head_dim']:<4d} {'causal' if r['causal'] else 'full  '} "
+              f"{r['time_ms']:9.3f} ms {r['tflops']:7.2f} TFLOP/s  regs={r.get('registers')} local={r.get('local_bytes')}")
+        w.writerow([gpu, r["step"], r["batch"], r["heads"], r["seq_q"], r["seq_kv"], r["head_dim"], int(r["causal"]),
+                    r["timed_runs"], f"{r['time_ms']:.4f}", f"{r['tflops']:.3f}"] +
+                   [int(r[k]) if r.get(k) is not None else "" for k in cols[11:]])
+PY
+fi
+
 if want resources; then
   echo "== resource report"
   res="$out/resources.txt"
   : >"$res"
-  for obj in "$build"/step0[4-9]*/CMakeFiles/*_lib.dir/*.cu.o; do
+  for obj in "$build"/step*/CMakeFiles/*_lib.dir/*.cu.o; do
     echo "--- $obj" >>"$res"
     cuobjdump --dump-resource-usage "$obj" | grep -E "Function|REG" | sed 's/Function \(.*\):/\1/' | c++filt >>"$res"
   done
@@ -62,8 +107,7 @@ fi
 if want ncu; then
   echo "== ncu (one launch per step, N=4096, d=128, B=4, H=16)"
   : >"$out/ncu.txt"
-  for prog in "$build"/bin/step0[4-9]_*; do
-    [[ $prog == *_tests ]] && continue
+  for prog in "${gpu_programs[@]}"; do
     echo "--- $(basename "$prog")" >>"$out/ncu.txt"
     ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
@@ -76,20 +120,45 @@ fi
 
 if want sanitizer; then
   echo "== compute-sanitizer"
-  # The conformance suite under each tool, less its N = 1000 cases (the same
-  # code paths as N = 257 and below, at many times the sanitizers' cost).
   san_log="$out/sanitizer.log"
   : >"$san_log"
-  for exe in "$build"/bin/step0[4-9]*_tests; do
-    for tool in memcheck racecheck synccheck initcheck; do
-      filter=(--test-case='*conformance*' --subcase-exclude='*1000*')
-      echo "--- $(basename "$exe") $tool" >>"$san_log"
-      if ! timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 1 "$exe" "${filter[@]}" >>"$san_log" 2>&1; then
-        fail "compute-sanitizer $tool on $(basename "$exe")" "$san_log"
-      fi
-      note "$(basename "$exe" _tests) $tool" "$(grep 'ERROR SUMMARY' "$san_log" | tail -n 1)"
+  if [[ ${FLASH_SAN_MODE:-tests} == programs ]]; then
+    # Each step's program, one launch checked against the fp64 reference, on shapes
+    # that reach every compiled d, tails in both lengths, causal masks and B·H > 1.
+    shapes=("--batch 2 --heads 1 --seq-q 100 --seq-kv 33 --head-dim 32 --causal"
+            "--batch 1 --heads 2 --seq-q 31 --seq-kv 257 --head-dim 64"
+            "--batch 1 --heads 2 --seq-q 257 --seq-kv 100 --head-dim 96 --causal --scale -0.5"
+            "--batch 3 --heads 1 --seq-q 65 --seq-kv 129 --head-dim 128 --causal")
+    for prog in "${gpu_programs[@]}"; do
+      [[ -n ${FLASH_SAN_STEPS:-} && " $FLASH_SAN_STEPS " != *" $(basename "$prog" | cut -c1-6) "* ]] && continue
+      for tool in memcheck racecheck synccheck initcheck; do
+        start=$SECONDS
+        for shape in "${shapes[@]}"; do
+          echo "--- $(basename "$prog") $tool $shape" >>"$san_log"
+          # shellcheck disable=SC2086
+          timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 "$prog" $shape --check --repeat 0 \
+            >>"$san_log" 2>&1 || fail "compute-sanitizer $tool on $(basename "$prog") $shape" "$san_log"
+        done
+        note "$(basename "$prog") $tool" "$(grep -c 'ERROR SUMMARY: 0 errors\|0 hazards displayed' "$san_log") clean so far ($((SECONDS - start)) s)"
+      done
     done
-  done
+  else
+    # The conformance suite under each tool, less its N = 1000 cases (the same
+    # code paths as N = 257 and below, at many times the sanitizers' cost).
+    for exe in "${gpu_programs[@]/%/_tests}"; do
+      # FLASH_SAN_STEPS (e.g. "step04 step05") limits this phase to some steps, to split a round.
+      [[ -n ${FLASH_SAN_STEPS:-} && " $FLASH_SAN_STEPS " != *" $(basename "$exe" | cut -c1-6) "* ]] && continue
+      for tool in memcheck racecheck synccheck initcheck; do
+        filter=(--test-case='*conformance*' --subcase-exclude='*1000*')
+        echo "--- $(basename "$exe") $tool" >>"$san_log"
+        start=$SECONDS
+        if ! timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 1 "$exe" "${filter[@]}" >>"$san_log" 2>&1; then
+          fail "compute-sanitizer $tool on $(basename "$exe")" "$san_log"
+        fi
+        note "$(basename "$exe" _tests) $tool" "$(grep 'ERROR SUMMARY' "$san_log" | tail -n 1) ($((SECONDS - start)) s)"
+      done
+    done
+  fi
 fi
 
 if want bench; then
