@@ -67,7 +67,7 @@ if want perf; then
     done
   done
   # The table on stdout, and gpu_steps.csv: the file the step pages' "measured" tables
-  # come from (docs/tools/step_tables.sh), one row per step, d and mask.
+  # come from (scripts/render-pages), one row per step, d and mask.
   python3 - "$out/perf.jsonl" "$out/gpu.txt" "$out/gpu_steps.csv" <<'PY'
 import csv, json, sys
 gpu = open(sys.argv[2]).read().splitlines()[-1].split(",")[0].strip()
