@@ -66,14 +66,14 @@ table() {
   awk -F'\t' -v first="$2" '
     function group(x,   s) { if (x == "NaN") return "—"; s = sprintf("%d", x); while (s ~ /[0-9][0-9][0-9][0-9]/) sub(/[0-9][0-9][0-9]($| )/, " &", s); return s }
     BEGIN {
-      print "| step | " first " | B_c | B_r | counted (bytes) | closed form | counted = closed form | 4·N²d²/M | standard attention |"
-      print "| --- | ---: | ---: | ---: | ---: | ---: | :---: | ---: | ---: |"
+      print "| step | " first " | B_c | B_r | counted (bytes) | closed form | counted = closed form | 4·N²d²/M | counted / (4·N²d²/M) | standard attention |"
+      print "| --- | ---: | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: |"
     }
     { counted = $6 + $7; closed = ($8 == "NaN" ? "NaN" : $8 + $9)
       x = (first == "M (floats)") ? $2 : $5
-      printf "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, group(x), $3, $4,
+      printf "| `%s` | %s | %s | %s | %s | %s | %s | %s | %.1f | %s |\n", $1, group(x), $3, $4,
              group(counted), group(closed), (closed == "NaN" ? "—" : counted == closed ? "yes" : "**no**"),
-             group($10), group($11) }' "$1"
+             group($10), counted / $10, group($11) }' "$1"
 }
 table "$tmp/m.tsv" "M (floats)" > "$out/io_table_m.md"
 table "$tmp/n.tsv" "N" > "$out/io_table_n.md"
