@@ -69,7 +69,7 @@ Problem single_head(int64_t n, int64_t d, std::vector<float> q, std::vector<floa
 Fixture hand_worked_example() {
   Fixture f;
   f.name = "hand_worked_n2_d1";
-  f.source = "seed 000: N=2, d=1 worked by hand";
+  f.source = "FlashAttention-1 notebook: N=2, d=1 worked by hand";
   f.problem = single_head(2, 1, {1, 1}, {0, 2}, {0, -1});
   f.sram_floats = 2;
   // softmax([0, 2]) . [0, -1] = -e^2 / (1 + e^2) = -0.8808 in both rows.
@@ -82,7 +82,7 @@ Fixture hand_worked_example() {
 Fixture two_by_two_m9() {
   Fixture f;
   f.name = "two_by_two_m9";
-  f.source = "seed 000: the 2x2 case that broke a first attempt, M = 9";
+  f.source = "FlashAttention-1 notebook: the 2x2 case that broke a first attempt, M = 9";
   f.problem = single_head(2, 2, {1, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0});
   f.sram_floats = 9;
   // Row 0 scores [1/sqrt2, 0]: weights e^(1/sqrt2) and 1 over V rows [0,1], [0,0].
@@ -97,14 +97,14 @@ Fixture two_by_two_m9() {
 Fixture seed002_n16_d8() {
   Fixture f;
   f.name = "seed002_n16_d8";
-  f.source = "seed 002: N=16, d=8, B_r=4";
+  f.source = "FlashAttention-2 notebook: N=16, d=8, B_r=4";
   f.problem = make_random_problem(Shape{1, 1, 16, 16, 8}, false, std::nullopt, 456);
   f.sram_floats = 128;  // B_c = ceil(128 / 32) = 4, B_r = min(4, 8) = 4
   return f;
 }
 
 std::vector<Shape> seed004_shapes() {
-  // (N_kv, N_q) pairs from seed 004, at d = 128.
+  // (N_kv, N_q) pairs from the Torch/Numba/CUDA notebook, at d = 128.
   return {Shape{1, 1, 32, 32, 128}, Shape{1, 1, 64, 128, 128}, Shape{1, 1, 512, 512, 128},
           Shape{1, 1, 1024, 512, 128}};
 }

@@ -43,7 +43,7 @@ TEST_CASE("step02: named fixtures with the budgets their sources used") {
   }
 }
 
-TEST_CASE("step02: the tiles of seed 002 and of the hand-worked example") {
+TEST_CASE("step02: the tiles of the FlashAttention-2 notebook and of the hand-worked example") {
   const common::Fixture f = common::seed002_n16_d8();
   const auto t = common::algorithm1_tiles(f.sram_floats, f.problem.shape);
   CHECK(t.Br == 4);

@@ -145,7 +145,7 @@ TEST_CASE("step03 checker: bugs/missing_barrier.patch, a deleted barrier, is a s
   CHECK(e.finding().threads[0] != e.finding().threads[1]);
 }
 
-TEST_CASE("step03 checker: bugs/overlapping_views.patch, seed 000's `Bc + ld` for `Bc * ld`, makes V_j overlap K_j") {
+TEST_CASE("step03 checker: bugs/overlapping_views.patch, the FlashAttention-1 notebook's `Bc + ld` for `Bc * ld`, makes V_j overlap K_j") {
   const CheckFailed e = run_expecting_a_finding(bugs::overlapping_views::attention_forward);
   check_report(e, Check::overlapping_buffers, "Vj");
   // ld = d + 1 = 9: K_j is [0, 72), V_j starts at B_c + ld = 17.

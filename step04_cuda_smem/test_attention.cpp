@@ -1,5 +1,5 @@
 /// \file step04_cuda_smem/test_attention.cpp
-/// \brief step04's GPU tests: conformance, seed 004's shapes, > 48 KB of shared memory, any B·H, bad input,
+/// \brief step04's GPU tests: conformance, the Torch/Numba/CUDA notebook's shapes, > 48 KB of shared memory, any B·H, bad input,
 /// repeatability.
 #include <doctest/doctest.h>
 
@@ -10,7 +10,7 @@ using namespace common::testing;
 
 TEST_CASE("step04: conformance suite (fresh random inputs, poisoned outputs)") { check_conformance(step04::describe()); }
 
-TEST_CASE("step04: seed 004's shapes, causal and not") { check_seed004_shapes(step04::describe()); }
+TEST_CASE("step04: the Torch/Numba/CUDA notebook's shapes, causal and not") { check_seed004_shapes(step04::describe()); }
 
 TEST_CASE("step04: every head dimension needs more than 48 KB of shared memory, and runs") {
   for (int64_t d : step04::describe().head_dims) {

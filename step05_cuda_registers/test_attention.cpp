@@ -1,5 +1,5 @@
 /// \file step05_cuda_registers/test_attention.cpp
-/// \brief step05's GPU tests (and its spilling build): conformance, seed 004's shapes, > 48 KB of shared memory,
+/// \brief step05's GPU tests (and its spilling build): conformance, the Torch/Numba/CUDA notebook's shapes, > 48 KB of shared memory,
 /// any B·H, bad input, repeatability.
 #include <doctest/doctest.h>
 
@@ -15,7 +15,7 @@ TEST_CASE("step05: conformance suite (fresh random inputs, poisoned outputs)") {
   check_conformance(step05::describe());
 }
 
-TEST_CASE("step05: seed 004's shapes, causal and not") { check_seed004_shapes(step05::describe()); }
+TEST_CASE("step05: the Torch/Numba/CUDA notebook's shapes, causal and not") { check_seed004_shapes(step05::describe()); }
 
 TEST_CASE("step05: shapes that need more than 48 KB of shared memory (d >= 64), and every d") {
   for (int64_t d : step05::describe().head_dims) {

@@ -1,5 +1,5 @@
 /// \file step08_fa2_pipelined/test_attention.cpp
-/// \brief step08's tests (GPU): conformance, causal with N_q ≠ N_kv, seed 004's shapes,
+/// \brief step08's tests (GPU): conformance, causal with N_q ≠ N_kv, the Torch/Numba/CUDA notebook's shapes,
 /// bitwise-repeatable output, any B·H, clear errors for bad input, no spills.
 #include <doctest/doctest.h>
 
@@ -14,7 +14,7 @@ TEST_CASE("step08: causal with N_q != N_kv, across tile boundaries, every d") {
   check_causal_tails(step08::describe(), step08::describe().head_dims);
 }
 
-TEST_CASE("step08: seed 004's shapes, causal and not") { check_seed004_shapes(step08::describe()); }
+TEST_CASE("step08: the Torch/Numba/CUDA notebook's shapes, causal and not") { check_seed004_shapes(step08::describe()); }
 
 TEST_CASE("step08: one upload, timed runs, and bitwise identical outputs every run") {
   for (bool causal : {false, true}) {
