@@ -33,18 +33,18 @@ struct Fixture {
   double expected_tolerance = 0;  ///< how close O must be to expected_o
 };
 
-/// Seed 000's hand-worked example: N=2, d=1, Q=[1,1], K=[0,2], V=[0,-1], scale 1
+/// The FlashAttention-1 notebook's hand-worked example: N=2, d=1, Q=[1,1], K=[0,2], V=[0,-1], scale 1
 /// (d = 1), M = 2 floats so B_r = B_c = 1; O = [-0.88, -0.88] to two places.
 Fixture hand_worked_example();
 
-/// Seed 000's 2x2 case that broke a first attempt: Q = K = [[1,0],[0,0]],
+/// The FlashAttention-1 notebook's 2x2 case that broke a first attempt: Q = K = [[1,0],[0,0]],
 /// V = [[0,1],[0,0]], M = 9 (B_c = B_r = 2).
 Fixture two_by_two_m9();
 
-/// Seed 002's case: N=16, d=8, B_r=4 (M = 128 floats gives B_c = 4, B_r = 4).
+/// The FlashAttention-2 notebook's case: N=16, d=8, B_r=4 (M = 128 floats gives B_c = 4, B_r = 4).
 Fixture seed002_n16_d8();
 
-/// Seed 004's (N_kv, N_q) pairs at d = 128: (32,32), (128,64), (512,512), (512,1024).
+/// The Torch/Numba/CUDA notebook's (N_kv, N_q) pairs at d = 128: (32,32), (128,64), (512,512), (512,1024).
 std::vector<Shape> seed004_shapes();
 
 /// One case of the conformance suite.

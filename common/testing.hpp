@@ -39,7 +39,7 @@ void check_problem(const StepInfo& step, const Problem& problem, const Options& 
 /// first run (no atomics, a fixed order of every sum: a difference is a race).
 void check_session(const StepInfo& step, const Problem& problem, int timed = 3);
 
-/// Seed 004's (N_kv, N_q) pairs at d = 128, causal and not, under the tolerance rule.
+/// The Torch/Numba/CUDA notebook's (N_kv, N_q) pairs at d = 128, causal and not, under the tolerance rule.
 void check_seed004_shapes(const StepInfo& step);
 
 /// Causal with N_q != N_kv across tile boundaries, for every d in `head_dims`:

@@ -49,7 +49,7 @@ def test_cpu_step_matches_the_fp64_reference(step, case, rng):
 
 
 def test_the_hand_worked_example_gives_minus_0_88():
-    # Seed 000's example: N=2, d=1, Q=[1,1], K=[0,2], V=[0,-1] -> O=[-0.88, -0.88].
+    # The FlashAttention-1 notebook's example: N=2, d=1, Q=[1,1], K=[0,2], V=[0,-1] -> O=[-0.88, -0.88].
     q = np.array([1, 1], np.float32).reshape(1, 1, 2, 1)
     k = np.array([0, 2], np.float32).reshape(1, 1, 2, 1)
     v = np.array([0, -1], np.float32).reshape(1, 1, 2, 1)
@@ -112,7 +112,7 @@ def test_inputs_are_not_modified_and_outputs_are_fresh_arrays(rng):
 
 
 def test_step02_takes_the_sram_budget(rng):
-    # Seed 000's 2x2 case broke a first attempt at M = 9: tiles of one row.
+    # The FlashAttention-1 notebook's 2x2 case broke a first attempt at M = 9: tiles of one row.
     q, k, v = random_qkv(rng, 1, 2, 37, 29, 8)
     for m in (9, 64, 4096):
         o, lse = flash_steps.step02.attention_forward(q, k, v, causal=True, sram_floats=m)
