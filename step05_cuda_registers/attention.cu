@@ -16,7 +16,6 @@
 #include "attention.hpp"
 #include "common/cuda/cuda_check.cuh"
 #include "common/cuda/gpu_step.cuh"
-#include "common/cuda/warp.cuh"
 
 namespace step05 {
 

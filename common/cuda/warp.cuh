@@ -1,28 +1,9 @@
 /// \file warp.cuh
-/// \brief Small device helpers the CUDA steps share: reductions over groups of lanes, float4 arithmetic.
+/// \brief Small device helpers the CUDA steps share: float4 arithmetic. (Each step
+/// writes its own warp reductions, so that the shuffles are on its page.)
 #pragma once
 
 namespace common::cuda {
-
-/// The largest `x` over the `kLanes` neighbouring lanes of a group (lanes
-/// kLanes·g … kLanes·g + kLanes − 1, kLanes a power of two ≤ 32), in each of
-/// them: log2(kLanes) butterfly shuffles. Every lane of the warp must call it.
-template <int kLanes>
-__device__ inline float lane_max(float x) {
-  static_assert(kLanes > 0 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "kLanes: a power of two, at most 32");
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-
-/// The sum of `x` over the `kLanes` neighbouring lanes of a group, in each of them.
-template <int kLanes>
-__device__ inline float lane_sum(float x) {
-  static_assert(kLanes > 0 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "kLanes: a power of two, at most 32");
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
 
 /// a · b + c, component by component, with fused multiply-adds.
 __device__ inline float4 fma4(float a, float4 b, float4 c) {
