@@ -43,12 +43,14 @@ using OpenFn = std::function<std::unique_ptr<Session>(const Problem&, const Opti
 
 /// Device pointers and sizes of one forward pass, as a GPU step's launch sees
 /// them. Tensors are contiguous [B, H, N, d]; q, k, v, o hold `Problem`'s
-/// numbers in the precision the step computes in (float for the fp32 steps).
+/// numbers in `precision` (float for fp32; bf16/fp16 as 16-bit values, CUDA's
+/// `__nv_bfloat16` and `__half`); L is always fp32.
 /// Written without CUDA types so that C++ code (the driver, Python) can fill it.
 struct DeviceArgs {
   Shape shape;                ///< sizes
   bool causal = false;        ///< top-left aligned mask
   float scale = 1.0f;         ///< softmax scale
+  Precision precision = Precision::fp32;  ///< the element type of q, k, v and o
   const void* q = nullptr;    ///< Q: (B, H, N_q, d) on the device
   const void* k = nullptr;    ///< K: (B, H, N_kv, d)
   const void* v = nullptr;    ///< V: (B, H, N_kv, d)

@@ -303,7 +303,7 @@ TEST_CASE("mma fragments: a row of S lives in one quad, and S's C fragments are 
   }
 }
 
-TEST_CASE("ldmatrix.x4: the quadrant addresses deliver Q's A fragment, and with .trans V's B fragments") {
+TEST_CASE("ldmatrix.x4: the quadrant addresses deliver Q's A fragment, K's B fragments, and with .trans V's") {
   using namespace common::mma;
   for (int lane = 0; lane < 32; ++lane) {
     for (int r = 0; r < 4; ++r) {  // register r comes from the matrix whose rows lanes 8r..8r+7 addressed
@@ -316,6 +316,10 @@ TEST_CASE("ldmatrix.x4: the quadrant addresses deliver Q's A fragment, and with 
         const RowCol va = ldmatrix_x4_address(8 * r + v.row);
         const RowCol b = b_k16n8(lane, 2 * (r % 2) + h);
         REQUIRE(same(RowCol{va.row, va.col + v.col}, RowCol{b.row, b.col + 8 * (r / 2)}));
+        // K_j is keys × d, row-major: B = K_jᵀ for S = Q_i K_jᵀ, two 8-key tiles.
+        const RowCol ka = ldmatrix_x4_address_nk(8 * r + q.row);
+        const RowCol kb = b_k16n8(lane, 2 * (r % 2) + h);  // B[k][n] = K_j[n][k]
+        REQUIRE(same(RowCol{ka.row, ka.col + q.col}, RowCol{kb.col + 8 * (r / 2), kb.row}));
       }
     }
   }

@@ -64,12 +64,13 @@ void check_conformance(const StepInfo& step, int64_t max_seq, const Options& opt
   }
 }
 
-void check_session(const StepInfo& step, const Problem& problem, int timed) {
-  const std::unique_ptr<Session> session = open_session(step, problem, {});
+void check_session(const StepInfo& step, const Problem& problem, int timed, const Options& options) {
+  const std::unique_ptr<Session> session = open_session(step, problem, options);
   session->run();
   const Result first = session->result();
-  const Verdict v = check_result(problem, first);
-  INFO(step.name << ", " << describe(problem.shape) << ", FLASH_TEST_SEED=" << run_seed());
+  const Verdict v = check_result(problem, first, options.precision);
+  INFO(step.name << ", " << describe(problem.shape) << ", " << name(options.precision)
+                 << ", FLASH_TEST_SEED=" << run_seed());
   CHECK_MESSAGE(v.passed, v.failure);
   for (int r = 0; r < timed; ++r) CHECK(session->timed_run_ms() > 0);
   const Result again = session->result();
@@ -77,18 +78,18 @@ void check_session(const StepInfo& step, const Problem& problem, int timed) {
   CHECK(again.lse == first.lse);
 }
 
-void check_seed004_shapes(const StepInfo& step) {
+void check_seed004_shapes(const StepInfo& step, const Options& options) {
   const uint64_t seed = run_seed();
   for (const Shape& s : seed004_shapes()) {
     for (bool causal : {false, true}) {
       CAPTURE(describe(s));
       CAPTURE(causal);
-      check_problem(step, make_random_problem(s, causal, std::nullopt, seed));
+      check_problem(step, make_random_problem(s, causal, std::nullopt, seed), options);
     }
   }
 }
 
-void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_dims) {
+void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_dims, const Options& options) {
   const uint64_t seed = run_seed();
   for (int64_t d : head_dims) {
     for (auto [n_q, n_kv] : {std::pair<int64_t, int64_t>{65, 200}, {200, 65}, {127, 129}, {300, 31}, {1, 500},
@@ -96,28 +97,29 @@ void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_d
       CAPTURE(d);
       CAPTURE(n_q);
       CAPTURE(n_kv);
-      check_problem(step, make_random_problem(Shape{1, 3, n_q, n_kv, d}, true, std::nullopt, seed + n_q * 7 + n_kv));
+      check_problem(step, make_random_problem(Shape{1, 3, n_q, n_kv, d}, true, std::nullopt, seed + n_q * 7 + n_kv),
+                    options);
     }
   }
 }
 
-void check_many_heads(const StepInfo& step) {
+void check_many_heads(const StepInfo& step, const Options& options) {
   for (bool causal : {false, true}) {
     CAPTURE(causal);
-    check_problem(step, make_random_problem(Shape{700, 100, 3, 5, 32}, causal, std::nullopt, run_seed()));
+    check_problem(step, make_random_problem(Shape{700, 100, 3, 5, 32}, causal, std::nullopt, run_seed()), options);
   }
 }
 
-void check_bad_input(const StepInfo& step, int64_t unsupported_d) {
+void check_bad_input(const StepInfo& step, int64_t unsupported_d, const Options& options) {
   Problem p = make_random_problem(Shape{1, 1, 8, 8, unsupported_d}, false, std::nullopt, 1);
   const std::string named = "head_dim " + std::to_string(unsupported_d);
-  CHECK_THROWS_WITH_AS(step.forward(p, {}), doctest::Contains(named.c_str()), InputError);
+  CHECK_THROWS_WITH_AS(step.forward(p, options), doctest::Contains(named.c_str()), InputError);
   p = make_random_problem(Shape{1, 1, 8, 8, 64}, false, std::nullopt, 1);
   p.k.pop_back();
-  CHECK_THROWS_AS(step.forward(p, {}), InputError);
+  CHECK_THROWS_AS(step.forward(p, options), InputError);
   Problem nan = make_random_problem(Shape{1, 1, 8, 8, 64}, false, std::nullopt, 1);
   nan.v[3] = std::nanf("");
-  CHECK_THROWS_WITH_AS(step.forward(nan, {}), doctest::Contains("inputs must be finite"), InputError);
+  CHECK_THROWS_WITH_AS(step.forward(nan, options), doctest::Contains("inputs must be finite"), InputError);
 }
 
 double extra(const Result& result, const std::string& name) {
@@ -127,8 +129,9 @@ double extra(const Result& result, const std::string& name) {
   return -1;
 }
 
-void check_no_spills(const StepInfo& step, int64_t head_dim) {
-  const Result r = step.forward(make_random_problem(Shape{1, 2, 300, 300, head_dim}, false, std::nullopt, 3), {});
+void check_no_spills(const StepInfo& step, int64_t head_dim, const Options& options) {
+  const Result r =
+      step.forward(make_random_problem(Shape{1, 2, 300, 300, head_dim}, false, std::nullopt, 3), options);
   CAPTURE(head_dim);
   CHECK(extra(r, "local_bytes") == 0);
   CHECK(extra(r, "blocks_per_sm") >= 1);

@@ -37,30 +37,31 @@ void check_problem(const StepInfo& step, const Problem& problem, const Options& 
 /// under the tolerance rule, then `timed` timed runs. CHECKs that each timed run
 /// reports a positive time and that O and L afterwards are bitwise those of the
 /// first run (no atomics, a fixed order of every sum: a difference is a race).
-void check_session(const StepInfo& step, const Problem& problem, int timed = 3);
+/// `options.precision`: the precision to run and judge in (all the helpers below too).
+void check_session(const StepInfo& step, const Problem& problem, int timed = 3, const Options& options = {});
 
 /// The Torch/Numba/CUDA notebook's (N_kv, N_q) pairs at d = 128, causal and not, under the tolerance rule.
-void check_seed004_shapes(const StepInfo& step);
+void check_seed004_shapes(const StepInfo& step, const Options& options = {});
 
 /// Causal with N_q != N_kv across tile boundaries, for every d in `head_dims`:
 /// lengths just off multiples of 32 and 64 put the diagonal, the skipped tiles
 /// and the tails in every place.
-void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_dims);
+void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_dims, const Options& options = {});
 
 /// B·H = 70000 heads of N = 3 × 5 at d = 32, causal and not: more heads than a
 /// grid's y or z dimension holds (65535).
-void check_many_heads(const StepInfo& step);
+void check_many_heads(const StepInfo& step, const Options& options = {});
 
 /// Bad input is refused with a one-line InputError: a d the step was not
 /// compiled for (`unsupported_d`), tensors of the wrong length, a NaN input.
-void check_bad_input(const StepInfo& step, int64_t unsupported_d);
+void check_bad_input(const StepInfo& step, int64_t unsupported_d, const Options& options = {});
 
 /// The value named `name` in `result.extra` (the resource report), or −1.
 double extra(const Result& result, const std::string& name);
 
 /// Runs `step` once at d = `head_dim` and CHECKs its resource report: no local
 /// (spill) bytes, at least one block per SM, a register count reported.
-void check_no_spills(const StepInfo& step, int64_t head_dim);
+void check_no_spills(const StepInfo& step, int64_t head_dim, const Options& options = {});
 
 /// Runs `step` on a named fixture (with its budget M where the step uses one)
 /// and CHECKs O against the fixture's known values as well as the reference.

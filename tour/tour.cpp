@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
 
     const common::Problem problem = common::make_random_problem(shape, spec.causal, spec.scale, spec.seed);
     std::cout << "The tour: every step on " << common::describe(shape) << (spec.causal ? " causal" : "")
-              << " (fp32), checked against the fp64 reference.\n"
+              << ", each step in its own precision (fp32; bf16 from step 9 on), checked against the fp64 reference\n"
+              << "under FlashAttention-2's rule in that precision.\n"
               << "Time: median of up to 3 runs after the checked one (wall clock on the CPU, kernel only on the "
                  "GPU).\n\n";
     std::cout << std::left << std::setw(26) << "step" << std::right << std::setw(11) << "time (ms)" << std::setw(10)
@@ -78,7 +79,9 @@ int main(int argc, char** argv) {
       try {
         common::require_head_dim(shape.head_dim, step.head_dims, step.name);
         common::require_host_memory(step, shape, settings.check);
-        const common::RunReport r = common::run_step(step, problem, settings);
+        common::RunSettings in_own = settings;  // a bf16/fp16 step runs and is judged in its own precision
+        in_own.precision = step.precisions.front();
+        const common::RunReport r = common::run_step(step, problem, in_own);
         const bool ok = r.verdict && r.verdict->passed;
         failures += ok ? 0 : 1;
         std::ostringstream time, tflops;

@@ -10,7 +10,7 @@ namespace common::cuda {
 
 /// Copies 16 bytes global → shared in the background; with `inside` false it
 /// writes 16 zero bytes and reads nothing (the address must still be valid).
-__device__ inline void cp_async_16(float* shared, const float* global, bool inside) {
+__device__ inline void cp_async_16(void* shared, const void* global, bool inside) {
   const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(inside ? 16 : 0)
                : "memory");

@@ -77,4 +77,13 @@ FLASH_HOST_DEVICE constexpr RowCol ldmatrix_x4_address(int lane) {
   return {lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16)};
 }
 
+/// With `ldmatrix .x4` (no `.trans`) over a 16×16 tile of a row-major N×K
+/// matrix such as K_j (keys × d), the row and first column `lane` addresses so
+/// that registers 0..3 receive the B fragments of Bᵀ's two K×8 halves: b0..b3
+/// of rows (keys) 0..7, then b0..b3 of rows 8..15 — the operand of S = Q_i K_jᵀ,
+/// read from K_j as it lies, without a transpose.
+FLASH_HOST_DEVICE constexpr RowCol ldmatrix_x4_address_nk(int lane) {
+  return {lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)};
+}
+
 }  // namespace common::mma

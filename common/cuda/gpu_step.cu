@@ -28,17 +28,18 @@ namespace {
 class GpuSession final : public Session {
  public:
   GpuSession(const std::string& name, std::shared_ptr<const GpuKernel> kernel,
-             const std::vector<int64_t>& head_dims, const Problem& problem)
+             const std::vector<int64_t>& head_dims, const Problem& problem, Precision precision)
       : kernel_(std::move(kernel)), shape_(problem.shape) {
     validate(problem);
     require_head_dim(problem.shape.head_dim, head_dims, name);
     require_gpu(name);
     const int64_t workspace = kernel_->workspace_bytes ? kernel_->workspace_bytes(shape_) : 0;
-    dev_ = std::make_unique<DeviceProblem>(problem, workspace, name);
+    dev_ = std::make_unique<DeviceProblem>(problem, workspace, name, precision);
     if (workspace > 0) workspace_ = DeviceBuffer<char>(size_t(workspace), DeviceBuffer<char>::Counted::yes);
     args_.shape = shape_;
     args_.causal = problem.causal;
     args_.scale = problem.scale;
+    args_.precision = precision;
     args_.q = dev_->q.data();
     args_.k = dev_->k.data();
     args_.v = dev_->v.data();
@@ -80,15 +81,18 @@ class GpuSession final : public Session {
 
 }  // namespace
 
-StepInfo gpu_step(std::string name, std::string title, std::vector<int64_t> head_dims, GpuKernel kernel) {
+StepInfo gpu_step(std::string name, std::string title, std::vector<int64_t> head_dims, GpuKernel kernel,
+                  std::vector<Precision> precisions) {
   StepInfo info;
+  info.precisions = std::move(precisions);
   info.name = std::move(name);
   info.title = std::move(title);
   info.head_dims = std::move(head_dims);
   info.needs_gpu = true;
   info.gpu = std::make_shared<const GpuKernel>(std::move(kernel));
-  info.open = [name = info.name, gpu = info.gpu, dims = info.head_dims](const Problem& p, const Options&) {
-    return std::unique_ptr<Session>(std::make_unique<GpuSession>(name, gpu, dims, p));
+  info.open = [info](const Problem& p, const Options& o) {
+    require_precision(info, o.precision);
+    return std::unique_ptr<Session>(std::make_unique<GpuSession>(info.name, info.gpu, info.head_dims, p, o.precision));
   };
   info.forward = [open = info.open](const Problem& p, const Options& o) {
     const std::unique_ptr<Session> session = open(p, o);

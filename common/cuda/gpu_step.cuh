@@ -79,8 +79,10 @@ Figures kernel_resources(Kernel* kernel, int threads, size_t smem_bytes, Figures
 }
 
 /// A GPU step's StepInfo from its kernel: `forward` and `open` run it through a
-/// session that uploads once (see Session), `gpu` exposes the launch itself
-/// (for callers that own device memory, such as Python through DLPack).
-StepInfo gpu_step(std::string name, std::string title, std::vector<int64_t> head_dims, GpuKernel kernel);
+/// session that uploads once in the precision asked for (see Session), `gpu`
+/// exposes the launch itself (for callers that own device memory, such as Python
+/// through DLPack). `precisions`: those the kernel computes in, its own first.
+StepInfo gpu_step(std::string name, std::string title, std::vector<int64_t> head_dims, GpuKernel kernel,
+                  std::vector<Precision> precisions = {Precision::fp32});
 
 }  // namespace common::cuda
