@@ -72,17 +72,17 @@ if want perf; then
 import csv, json, sys
 gpu = open(sys.argv[2]).read().splitlines()[-1].split(",")[0].strip()
 cols = ["gpu", "kernel", "batch", "heads", "seq_q", "seq_kv", "head_dim", "causal", "runs", "median_ms",
-        "tflops", "registers", "local_bytes", "smem_bytes", "blocks_per_sm", "B_r", "B_c", "threads"]
+        "tflops", "registers", "local_bytes", "smem_bytes", "blocks_per_sm", "B_r", "B_c", "threads", "dtype"]
 with open(sys.argv[3], "w", newline="") as f:
     w = csv.writer(f, lineterminator="\n")
     w.writerow(cols)
     for line in open(sys.argv[1]):
         r = json.loads(line)
-        print(f"{r['step']:28s} d={r['head_dim']:<4d} {'causal' if r['causal'] else 'full  '} "
+        print(f"{r['step']:28s} {r['dtype']} d={r['head_dim']:<4d} {'causal' if r['causal'] else 'full  '} "
               f"{r['time_ms']:9.3f} ms {r['tflops']:7.2f} TFLOP/s  regs={r.get('registers')} local={r.get('local_bytes')}")
         w.writerow([gpu, r["step"], r["batch"], r["heads"], r["seq_q"], r["seq_kv"], r["head_dim"], int(r["causal"]),
                     r["timed_runs"], f"{r['time_ms']:.4f}", f"{r['tflops']:.3f}"] +
-                   [int(r[k]) if r.get(k) is not None else "" for k in cols[11:]])
+                   [int(r[k]) if r.get(k) is not None else "" for k in cols[11:-1]] + [r["dtype"]])
 PY
 fi
 
@@ -93,6 +93,9 @@ if want resources; then
   for obj in "$build"/step*/CMakeFiles/*_lib.dir/*.cu.o; do
     echo "--- $obj" >>"$res"
     cuobjdump --dump-resource-usage "$obj" | grep -E "Function|REG" | sed 's/Function \(.*\):/\1/' | c++filt >>"$res"
+    # Which arithmetic the kernels compile to: tensor-core HMMA, or fp32 FFMA.
+    echo "SASS instructions: $(cuobjdump --dump-sass "$obj" | grep -oE '\b(HMMA|HGMMA|FFMA|LDSM|UTMALDG)[.A-Z0-9]*' |
+      sed 's/\..*//' | sort | uniq -c | tr -s ' ' | tr '\n' ',')" >>"$res"
   done
   note resources "$(grep -c 'REG' "$res") kernels, $(grep -E 'STACK:[1-9]' "$res" | wc -l) with a stack frame"
 fi
@@ -111,7 +114,7 @@ if want ncu; then
     echo "--- $(basename "$prog")" >>"$out/ncu.txt"
     ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
-      --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,smsp__inst_executed_op_ffma.sum \
+      --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,smsp__inst_executed_op_ffma.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
       "$prog" --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 0 >>"$out/ncu.txt" 2>&1 ||
       fail "ncu on $(basename "$prog")" "$out/ncu.txt"
   done
@@ -131,9 +134,14 @@ if want sanitizer; then
             "--batch 3 --heads 1 --seq-q 65 --seq-kv 129 --head-dim 128 --causal")
     for prog in "${gpu_programs[@]}"; do
       [[ -n ${FLASH_SAN_STEPS:-} && " $FLASH_SAN_STEPS " != *" $(basename "$prog" | cut -c1-6) "* ]] && continue
+      prog_shapes=("${shapes[@]}")
+      # A step that computes in fp16 as well as bf16 (its default): two shapes in fp16 too.
+      if "$prog" --help | tr -s " \n" " " | grep -q "this step: bf16, fp16"; then
+        prog_shapes+=("${shapes[0]} --dtype fp16" "${shapes[3]} --dtype fp16")
+      fi
       for tool in memcheck racecheck synccheck initcheck; do
         start=$SECONDS
-        for shape in "${shapes[@]}"; do
+        for shape in "${prog_shapes[@]}"; do
           echo "--- $(basename "$prog") $tool $shape" >>"$san_log"
           # shellcheck disable=SC2086
           timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 "$prog" $shape --check --repeat 0 \
