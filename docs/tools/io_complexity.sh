@@ -101,7 +101,7 @@ set format y '2^{%L}'
 set format x '2^{%L}'
 set xlabel '$xlabel'
 set ylabel 'HBM traffic (bytes, read + written)'
-set key top right box opaque
+set key below center box maxrows 3
 set grid
 set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05
 plot ${cmd%, }

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# ownership.sh STEP — the "who owns what" figure of a GPU step, as Graphviz dot.
+#
+#   docs/figures/ownership.sh 06 | dot -Tsvg > step06_ownership.svg
+#
+# Draws, at d = 128, which block owns which query rows, and inside a block which
+# warp (colour) and which lane (number in the cell) owns each entry of S_ij and
+# of O_i. The rules below are read off the kernels (stepNN_*/attention.cu); a
+# step whose mapping changes needs its rule here.
+#
+#   steps 04, 05, 06: 1024 threads = 32 warps; B_r = B_c = 32 at d = 128.
+#     S_ij[r][c]: warp r mod 32, lane c mod 32 (rows warp + 32·t, columns lane + 32·n)
+#     O_i[r][k]:  warp r mod 32, lane k mod 32 (columns lane + 32·n)
+#   steps 07, 08: 128 threads = 4 warps of 4 × 8 lanes; B_r = 64, B_c = 32 at d = 128.
+#     row r: warp r / 16, row_lane r mod 4 (row(t) = 16·warp + 4·t + row_lane)
+#     S_ij[r][c]: lane = 8·row_lane + c mod 8            (columns col_lane + 8·n)
+#     O_i[r][k]:  lane = 8·row_lane + (k / 4) mod 8      (float4s 4·col_lane + 32·n)
+set -euo pipefail
+step=${1:?usage: ownership.sh STEP (04 to 08)}
+
+case $step in
+  04|05|06) family=warp_rows ;;
+  07|08) family=lane_tiles ;;
+  *) echo "ownership.sh: no rule for step $step (04 to 08)" >&2; exit 2 ;;
+esac
+
+# Which rows and columns the figure shows ("…" stands for those left out).
+case $family in
+  warp_rows)
+    rows="0 1 2 3 4 5 … 31"
+    s_cols="0 1 2 3 4 5 6 7 … 31"
+    o_cols="0 1 2 3 4 5 … 31 32 33 … 127"
+    Br=32 Bc=32 warps=32 threads=1024 ;;
+  lane_tiles)
+    rows="0 1 2 3 4 5 6 7 … 15 16 17 … 63"
+    s_cols="0 1 2 3 4 5 6 7 8 9 … 31"
+    o_cols="0 1 2 3 4 5 6 7 8 … 31 32 … 127"
+    Br=64 Bc=32 warps=4 threads=128 ;;
+esac
+
+case $step in
+  04) blocks="B·H blocks: block b·h owns one head — all T_r query tiles, all N_q rows of O"
+      where="S_ij, O_i, m_i, l_i in shared memory; O, l, m in HBM between K/V tiles" ;;
+  05) blocks="B·H blocks: block b·h owns one head — all T_r query tiles, all N_q rows of O"
+      where="S_ij and O_i in the owners' registers; O, l, m in HBM between K/V tiles" ;;
+  06) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
+      where="S_ij, O_i, m_i, l_i in the owners' registers for the whole sweep over j" ;;
+  07) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
+      where="each thread: a 4 × B_c/8 tile of S_ij and 4 × d/8 of O_i (float4s) in registers" ;;
+  08) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
+      where="as step 7; P̃_ij also goes through shared memory (each warp its own rows)" ;;
+esac
+
+awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" \
+    -v Br="$Br" -v Bc="$Bc" -v warps="$warps" -v threads="$threads" \
+    -v blocks="$blocks" -v where="$where" -v step="$step" '
+  function warp_of(r) { return family == "warp_rows" ? r % 32 : int(r / 16) }
+  function lane_of(matrix, r, c) {
+    if (family == "warp_rows") return c % 32
+    return 8 * (r % 4) + (matrix == "S" ? c % 8 : int(c / 4) % 8)
+  }
+  function colour(w) { return palette[w % 8 + 1] }
+  # One matrix as an HTML-like table: a header row of column indices, then per
+  # row its index, its warp, and the owning lane of each cell shown.
+  function table(matrix, title, cols,   nr, nc, R, C, i, j, t, w) {
+    nr = split(rows, R, " "); nc = split(cols, C, " ")
+    t = "<table border=\"0\" cellborder=\"1\" cellspacing=\"0\" cellpadding=\"3\">"
+    t = t "<tr><td colspan=\"" (nc + 2) "\" border=\"0\"><b>" title "</b></td></tr>"
+    t = t "<tr><td border=\"0\">row</td><td border=\"0\">warp</td>"
+    for (j = 1; j <= nc; j++) t = t "<td border=\"0\"><font point-size=\"9\">" C[j] "</font></td>"
+    t = t "</tr>"
+    for (i = 1; i <= nr; i++) {
+      if (R[i] == "…") {
+        t = t "<tr><td border=\"0\">…</td><td border=\"0\"></td>"
+        for (j = 1; j <= nc; j++) t = t "<td border=\"0\">" (C[j] == "…" ? "⋱" : "⋮") "</td>"
+        t = t "</tr>"
+        continue
+      }
+      w = warp_of(R[i])
+      t = t "<tr><td border=\"0\">" R[i] "</td><td border=\"0\" bgcolor=\"" colour(w) "\">" w "</td>"
+      for (j = 1; j <= nc; j++) {
+        if (C[j] == "…") { t = t "<td border=\"0\">…</td>"; continue }
+        t = t "<td bgcolor=\"" colour(w) "\">" lane_of(matrix, R[i], C[j]) "</td>"
+      }
+      t = t "</tr>"
+    }
+    return t "</table>"
+  }
+  function subs(s) { gsub(/_ij/, "<sub>ij</sub>", s); gsub(/_i/, "<sub>i</sub>", s)
+                     gsub(/_r/, "<sub>r</sub>", s); gsub(/_c/, "<sub>c</sub>", s)
+                     gsub(/_q/, "<sub>q</sub>", s); return s }
+  BEGIN {
+    blocks = subs(blocks); where = subs(where)
+    split("#cfe2f3 #fce5cd #d9ead3 #f4cccc #ead1dc #fff2cc #d0e0e3 #e6e6e6", palette, " ")
+    print "digraph ownership {"
+    print "  graph [rankdir=LR, fontname=\"Helvetica\", fontsize=12, nodesep=0.3, ranksep=0.3, labelloc=t,"
+    print "         label=<<b>Step " step ": who owns what</b> (d = 128: B<sub>r</sub> = " Br ", B<sub>c</sub> = " Bc "; " threads " threads = " warps " warps per block)<br/>" blocks "<br/>" where "<br/><font point-size=\"10\">cell colour: the owning warp · number in the cell: the owning lane</font>>];"
+    print "  node [shape=plain, fontname=\"Helvetica\", fontsize=10];"
+    print "  S [label=<" table("S", "S<sub>ij</sub>, then P̃<sub>ij</sub>: B<sub>r</sub> × B<sub>c</sub> (columns: keys of tile j)", s_cols) ">];"
+    print "  O [label=<" table("O", "O<sub>i</sub>: B<sub>r</sub> × d (columns: head dimension)", o_cols) ">];"
+    print "  S -> O [style=invis];"
+    print "}"
+  }'

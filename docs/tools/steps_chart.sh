@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# steps_chart.sh REPO OUTDIR — the front page's chart: TFLOP/s of every GPU step,
+# causal and not, beside the baselines, at d = 128.
+#
+# Reads the newest REPO/docs/results/gpu_steps_*.csv (columns gpu, kernel, batch,
+# heads, seq_q, seq_kv, head_dim, causal, ..., tflops; one row per step and mask,
+# written by scripts/gpu_round.sh), so a step appears as soon as its rows do.
+# Baselines: every row of any other CSV in docs/results whose kernel/step is not
+# a step (cublas_standard, torch_sdpa_*) measured on the same GPU and problem
+# (B, H, N, d); where several files have one, the newest file's. Writes
+#   OUTDIR/steps_tflops.svg   the chart (gnuplot; the legend outside the plot)
+#   OUTDIR/steps_chart.md     the \image line and where each bar comes from
+set -euo pipefail
+repo=$1
+out=$2
+results=$repo/docs/results
+d=128
+md=$out/steps_chart.md
+svg=$out/steps_tflops.svg
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+steps_csv=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -1 || true)
+if [[ -z "$steps_csv" ]]; then
+  echo "No \`docs/results/gpu_steps_*.csv\` yet: the chart appears when a GPU round is recorded." > "$md"
+  rm -f "$svg"
+  exit 0
+fi
+steps_name=$(basename "$steps_csv")
+
+# The steps at d, as tab-separated lines (the GPU name has spaces):
+# kernel, causal, TFLOP/s, gpu|batch|heads|seq_q|seq_kv|head_dim, file.
+awk -F',' -v d="$d" -v file="$steps_name" '
+  { sub(/\r$/, "") }
+  NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+  $c["head_dim"] == d { print $c["kernel"] (c["dtype"] && $c["dtype"] != "fp32" ? " (" $c["dtype"] ")" : "") "\t" $c["causal"] "\t" $c["tflops"] "\t" $c["gpu"] "|" $c["batch"] "|" $c["heads"] "|" $c["seq_q"] "|" $c["seq_kv"] "|" $c["head_dim"] "\t" file }' \
+  "$steps_csv" > "$tmp/steps"
+if [[ ! -s "$tmp/steps" ]]; then
+  echo "\`${steps_name}\` has no row at d = ${d} yet." > "$md"
+  rm -f "$svg"
+  exit 0
+fi
+problem=$(cut -f4 "$tmp/steps" | sort -u | head -1)
+
+# Baselines on the same problem, newest file first.
+: > "$tmp/base"
+for csv in $(ls "$results"/*.csv | sort -r); do
+  [[ "$csv" == "$steps_csv" ]] && continue
+  awk -F',' -v file="$(basename "$csv")" -v want="$problem" '
+    { sub(/\r$/, "") }
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i
+              k = c["kernel"] ? c["kernel"] : c["step"]; q = c["seq_q"] ? c["seq_q"] : c["seq"]
+              kv = c["seq_kv"] ? c["seq_kv"] : q
+              ok = k && q && c["gpu"] && c["batch"] && c["heads"] && c["head_dim"] && c["causal"] && c["tflops"]
+              next }
+    ok && $c["tflops"] != "" && $k !~ /^step[0-9]/ {
+      key = $c["gpu"] "|" $c["batch"] "|" $c["heads"] "|" $q "|" $kv "|" $c["head_dim"]
+      if (key == want) print $k "\t" $c["causal"] "\t" $c["tflops"] "\t" key "\t" file }' "$csv" >> "$tmp/base"
+done
+# One file per baseline: the first (newest) that has it.
+awk -F'\t' '!($1 in file) { file[$1] = $5 } $5 == file[$1]' "$tmp/base" > "$tmp/base1"
+
+# Chart data: index, label, TFLOP/s not causal, TFLOP/s causal, 1 for a baseline.
+awk -F'\t' '
+  FNR == 1 { part++ }
+  { name = $1; if (!(name in idx)) { idx[name] = ++n; label[n] = name; base[n] = (part == 2) }
+    v[name, $2 + 0] = $3 }
+  END { for (i = 1; i <= n; i++) { nm = label[i]
+          printf "%d\t%s\t%s\t%s\t%d\n", i - 1, nm, ((nm, 0) in v ? v[nm, 0] : "NaN"), ((nm, 1) in v ? v[nm, 1] : "NaN"), base[i] } }' \
+  "$tmp/steps" "$tmp/base1" > "$tmp/chart.dat"
+
+IFS='|' read -r gpu batch heads seq_q seq_kv head_dim <<<"$problem"
+n_bars=$(wc -l < "$tmp/chart.dat")
+width=$((360 + 90 * n_bars))
+gnuplot <<EOF
+set terminal svg size ${width},460 dynamic font "sans,12" background '#ffffff'
+set output '$svg'
+set datafile separator '\t'
+set title "TFLOP/s per step and baseline: ${gpu}, B = ${batch}, H = ${heads}, N = ${seq_q}, d = ${head_dim}" noenhanced
+set ylabel 'TFLOP/s'
+set yrange [0:*]
+set offsets 0, 0, graph 0.08, 0
+set xrange [-0.6:${n_bars} - 0.4]
+set style fill solid 0.9 border -1
+set boxwidth 0.38
+set grid ytics
+set xtics rotate by -30 left noenhanced nomirror
+set key outside right top vertical Left reverse noenhanced box
+set rmargin 24
+plot '$tmp/chart.dat' using (\$1 - 0.2):(\$5 > 0 ? NaN : \$3):xtic(2) with boxes lc rgb '#1f5f9f' title 'step, not causal', \
+     '' using (\$1 + 0.2):(\$5 > 0 ? NaN : \$4) with boxes lc rgb '#8fbde8' title 'step, causal', \
+     '' using (\$1 - 0.2):(\$5 > 0 ? \$3 : NaN) with boxes lc rgb '#555555' title 'baseline, not causal', \
+     '' using (\$1 + 0.2):(\$5 > 0 ? \$4 : NaN) with boxes lc rgb '#bbbbbb' title 'baseline, causal', \
+     '' using (\$1 - 0.2):3:(sprintf('%.1f', \$3)) with labels offset 0, 0.6 font ',9' notitle, \
+     '' using (\$1 + 0.2):4:(sprintf('%.1f', \$4)) with labels offset 0, 0.6 font ',9' notitle
+EOF
+
+{
+  echo "\\image html steps_tflops.svg \"TFLOP/s of each GPU step (blue) and of the baselines (grey) on one problem\""
+  echo
+  echo "Generated during the docs build from \`docs/results/\`: the steps from"
+  echo "[${steps_name}](repo/docs/results/${steps_name}) (the newest GPU round; a new step"
+  echo "appears here when its rows do)$( [[ -s "$tmp/base1" ]] && echo ", the baselines from" || echo "; no baseline CSV has this problem." )"
+  if [[ -s "$tmp/base1" ]]; then
+    cut -f1,5 "$tmp/base1" | sort -u | awk -F'\t' '{ f[$2] = f[$2] (f[$2] ? ", " : "") "`" $1 "`" } END { for (x in f) print "- [" x "](repo/docs/results/" x "): " f[x] }' | sort
+    echo
+    echo "Baselines come from their own sessions (the file's date), on the same GPU model and problem."
+  fi
+  echo "Per-step tables: @ref results."
+} > "$md"
