@@ -9,8 +9,9 @@
 #   results_*.png       plots (gnuplot): TFLOP/s against N per step and baseline,
 #                       time against N, and working memory against N where the
 #                       CSV has peak_bytes; one set per (B, H, d, causal) in the file
-#   fa_numbers.md       step05_cuda_registers against step06_fa2, from any CSV
-#                       that has both on the same problem (else: "not measured yet")
+#   fa_numbers.md       step05_cuda_registers against step06_fa2: the newest
+#                       gpu_steps_*.csv's times, grids and causal savings, and
+#                       any B·H sweep of both (else: "not measured yet")
 #
 # A CSV is recognised by its columns, not its name: it needs `step` (the step or
 # baseline: step01_naive, ..., cublas_standard, torch_sdpa_flash, ...), `seq` (N,
@@ -172,35 +173,68 @@ if [[ ${#csvs[@]} -eq 0 ]]; then
   echo "No benchmark has been recorded in \`docs/results/\` yet." >> "$md"
 fi
 
-# --- FA1 (step05) against FA2 (step06) on the same problems -------------------
+# --- FA1 (step05) against FA2 (step06), and the parts of the difference -------
+# 1. The newest gpu_steps_*.csv (today's steps, one run): each problem's times,
+#    the grids, and what the causal mask saves in each step.
+# 2. Any file with a B·H sweep of both (section "sweep"): the ratio as step05's
+#    grid of B·H blocks fills the GPU.
 fa="$out/fa_numbers.md"
-: > "$tmp/fa.rows"
+: > "$fa"
+steps_csv=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -1 || true)
+if [[ -n "$steps_csv" ]]; then
+  sname=$(basename "$steps_csv")
+  awk -F',' -v file="$sname" '
+    { sub(/\r$/, "") }
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c["kernel"] ~ /^step0[56]_(cuda_registers|fa2)$/ {
+      s = substr($c["kernel"], 1, 6); d = $c["head_dim"]; m = $c["causal"] + 0
+      t[s, d, m] = $c["median_ms"]; br[s, d] = $c["B_r"]; bh = $c["batch"] * $c["heads"]; nq = $c["seq_q"]
+      if (!(d in seen)) { seen[d] = 1; ds[++nd] = d }
+      gpu = $c["gpu"]; b = $c["batch"]; h = $c["heads"]; n = $c["seq_q"] }
+    END {
+      if (!nd) { print "**Not measured yet:** `" file "` has no step05/step06 rows."; exit }
+      printf "From [%s](repo/docs/results/%s), one run: %s, B = %s, H = %s, N = %s.\n\n", file, file, gpu, b, h, n
+      print "| d | mask | step05 ms | step06 ms | step05 / step06 | step05 grid (blocks) | step06 grid (blocks) |"
+      print "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+      for (k = 1; k <= nd; k++) { d = ds[k]
+        for (m = 0; m <= 1; m++) {
+          if (!(("step05", d, m) in t) || !(("step06", d, m) in t)) continue
+          printf "| %s | %s | %.4g | %.4g | %.2f | %d | %d |\n", d, (m ? "causal" : "none"), t["step05", d, m], t["step06", d, m],
+                 t["step05", d, m] / t["step06", d, m], bh, int((nq + br["step06", d] - 1) / br["step06", d]) * bh } }
+      print ""
+      print "What the causal mask saves, in each step (the time without the mask over the time with it):"
+      print ""
+      print "| d | step05: none / causal | step06: none / causal | step06 causal speed-up over step05, divided by the unmasked one |"
+      print "| ---: | ---: | ---: | ---: |"
+      for (k = 1; k <= nd; k++) { d = ds[k]
+        if (!(("step05", d, 1) in t) || !(("step06", d, 1) in t) || !(("step05", d, 0) in t) || !(("step06", d, 0) in t)) continue
+        printf "| %s | %.2f | %.2f | %.2f |\n", d, t["step05", d, 0] / t["step05", d, 1], t["step06", d, 0] / t["step06", d, 1],
+               (t["step05", d, 1] / t["step06", d, 1]) / (t["step05", d, 0] / t["step06", d, 0]) }
+    }' "$steps_csv" >> "$fa"
+  echo >> "$fa"
+fi
 for csv in "${csvs[@]}"; do
   awk -F',' -v file="$(basename "$csv")" '
-    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; n = c["seq"] ? c["seq"] : c["seq_q"]
-              if (!c["step"]) c["step"] = c["kernel"]; if (!c["time_ms"]) c["time_ms"] = c["median_ms"]; next }
-    c["step"] && n && c["time_ms"] && ($c["step"] ~ /^step0[56]_/) {
-      key = file (c["section"] ? ":" $c["section"] : "") " " (c["batch"] ? $c["batch"] : "?") " " (c["heads"] ? $c["heads"] : "?") " " $n " " \
-            (c["head_dim"] ? $c["head_dim"] : "?") " " (c["causal"] ? $c["causal"] : "?")
-      if ($c["step"] !~ /^step0[56]_(cuda_registers|fa2)$/) next   # the steps themselves, not their variants
-      print key, substr($c["step"], 1, 6), $c["time_ms"], (c["tflops"] ? $c["tflops"] : "NaN") }' \
-    "$csv" >> "$tmp/fa.rows"
+    { sub(/\r$/, "") }
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["kernel"] || !c["section"]) exit; next }
+    $c["section"] == "sweep" && $c["kernel"] ~ /^step0[56]_(cuda_registers|fa2)$/ && $c["causal"] == 0 {
+      s = substr($c["kernel"], 1, 6); bh = $c["batch"] * $c["heads"]; t[s, bh] = $c["median_ms"]
+      if (!(bh in seen)) { seen[bh] = 1; order[++n] = bh }
+      desc = "N = " $c["seq_q"] ", d = " $c["head_dim"] ", not causal, " $c["gpu"] }
+    END {
+      if (!n) exit
+      printf "The B·H sweep of [%s](repo/docs/results/%s) (%s; the kernels of that date, see the file'"'"'s row in @ref results):\n\n", file, file, desc
+      print "| B·H | step05 ms | step06 ms | step05 / step06 |"
+      print "| ---: | ---: | ---: | ---: |"
+      for (k = 1; k <= n; k++) { x = order[k]
+        if ((("step05", x) in t) && (("step06", x) in t))
+          printf "| %d | %.4g | %.4g | %.2f |\n", x, t["step05", x], t["step06", x], t["step05", x] / t["step06", x] } }' \
+    "$csv" > "$tmp/sweep.md"
+  if [[ -s "$tmp/sweep.md" ]]; then
+    cat "$tmp/sweep.md" >> "$fa"
+    echo >> "$fa"
+  fi
 done
-awk '
-  { key = $1 " " $2 " " $3 " " $4 " " $5 " " $6
-    if ($7 == "step05") { t5[key] = $8; f5[key] = $9 } else { t6[key] = $8; f6[key] = $9 }
-    if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
-  END {
-    for (i = 1; i <= n; i++) { k = order[i]; if ((k in t5) && (k in t6)) both++ ; else if (k in t5) only5++; else only6++ }
-    if (!both) {
-      print "**Not measured yet.** No CSV in `docs/results/` has both `step05_cuda_registers` and"
-      print "`step06_fa2` timed on the same problem" (only5 ? " (step05 alone: " only5 " rows)" : "") (only6 ? " (step06 alone: " only6 " rows)" : "") "."
-      print "The table appears here when a GPU benchmark that runs both is recorded."
-      exit
-    }
-    print "| file | B | H | N | d | causal | step05 ms | step06 ms | step05 / step06 | step05 TFLOP/s | step06 TFLOP/s |"
-    print "| --- | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: |"
-    for (i = 1; i <= n; i++) { k = order[i]; if (!((k in t5) && (k in t6))) continue
-      split(k, p, " ")
-      printf "| `%s` | %s | %s | %s | %s | %s | %.4g | %.4g | %.2f | %.4g | %.4g |\n", p[1], p[2], p[3], p[4], p[5], (p[6] == 1 ? "yes" : "no"), t5[k], t6[k], t5[k] / t6[k], f5[k], f6[k] }
-  }' "$tmp/fa.rows" > "$fa"
+if [[ ! -s "$fa" ]]; then
+  echo "**Not measured yet.** No CSV in \`docs/results/\` times \`step05_cuda_registers\` and \`step06_fa2\` on the same problem." > "$fa"
+fi
