@@ -8,12 +8,47 @@
 #    undocumented function);
 # 2. checks that the front page, every step page (one per step directory with a
 #    README.md) and the cross-cutting pages exist;
-# 3. checks every href and src in the generated HTML that points to a local file
-#    (pages, images, plots, diffs, CSVs) resolves to a file that exists;
-# 4. opens each of those pages in headless Chromium and saves a screenshot to
+# 3. checks every href, src and data in the generated HTML that points to a
+#    local file (pages, images, figures, plots, diffs, CSVs, logs) resolves to a
+#    file that exists;
+# 4. checks the sources a reader also sees elsewhere: a step's README.md read on
+#    GitHub, and every gnuplot legend;
+# 5. opens each page in headless Chromium (scripts/site_reader.py), waits for
+#    MathJax, checks what the page shows, and saves a full-page screenshot to
 #    BUILD_DIR/docs/screenshots/ (look at them).
+#
+# The rules, by the name they print, and the rendering bug each one was checked
+# against (each bug planted on purpose, caught, and taken out again):
+#   [pipes]      a text line that starts with "|" and holds " | ": a Markdown table
+#                shown raw (the PyTorch table of Results, from a CSV with CRLF)
+#   [crlf]       a carriage return in the rendered text, or a linked CSV with CRLF
+#                line endings (the same CSV)
+#   [dashes]     an en or em dash directly before a letter or "-" in code or text:
+#                "–repeat" where "--repeat" was meant (Results' program lines; the
+#                sanitizer and ncu command lines of step 6)
+#   [backticks]  a backtick left in the text: a code span Doxygen did not render
+#                (the stray backticks on Results)
+#   [tags]       HTML shown as text, "<tt>" or "&lt;" (the "<tt>" in the headings
+#                of steps 4 and 5)
+#   [markers]    "\snippet" or "//! [" shown on a page outside the step diffs (the
+#                snippet markers in the code of steps 3 and 5)
+#   [twice]      a code block shown again inside another (step 5's load_Qi_async,
+#                a snippet nested in another)
+#   [logs]       a page that names an ncu, sanitizer or resource log (or any *.log)
+#                without a link to that file on the site (the evidence logs)
+#   [math]       a formula MathJax did not render, or "$$", "\f[", "\(" left in the
+#                text after MathJax ran
+#   [figures]    an image or SVG figure with no size on the page
+#   [exercises]  a step page without a heading containing "Exercises"
+#   [open]       a page Chromium cannot read, or that shows no title
+#   [readme]     a step's README.md with a raw "\snippet" line (what GitHub shows
+#                instead of the code)
+#   [legend]     a gnuplot "set key" in docs/ that does not put the legend outside
+#                the plot area (the IO page's legend over the N = 4096 point)
+#   broken link  a link, image or figure to a file that is not there
 # Exit status 0 when all is well, 1 with a list of what is wrong.
-# Needs: doxygen graphviz doxygen-awesome-css gnuplot-nox chromium (Debian packages).
+# Needs: doxygen graphviz doxygen-awesome-css gnuplot-nox libjs-mathjax chromium
+# python3 (Debian packages).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -61,7 +96,7 @@ while IFS=$'\t' read -r page target; do
     problems+=("empty image in ${page#"$html"/}: ${target#"$html"/}")
   fi
 done < <(
-  find "$html" -name '*.html' -print0 | xargs -0 grep -oE '(href|src)="[^"]*"' /dev/null |
+  find "$html" -name '*.html' -print0 | xargs -0 grep -oE '(href|src|data)="[^"]*"' /dev/null |
     awk -F'"' '
       { split($0, a, ":"); page = a[1]; url = $2
         if (url == "" || url ~ /^#/ || url ~ /^[a-zA-Z][a-zA-Z0-9+.-]*:/) next   # anchors, http:, javascript:, mailto:
@@ -73,31 +108,43 @@ done < <(
 )
 echo "check-site: $checked local links and images checked in $(find "$html" -name '*.html' | wc -l) pages"
 
-# --- 4. what a person sees ------------------------------------------------
+# --- 4. what readers see outside the site --------------------------------
+for readme in step[0-9][0-9]_*/README.md; do
+  [[ -f "$readme" ]] || continue
+  # Outside fenced code, a line starting with \snippet is what GitHub shows raw.
+  if awk '/^[ \t]*```/ { fence = !fence } !fence && /^[ \t]*[\\@]snippet/ { found = 1 } END { exit !found }' "$readme"; then
+    problems+=("$readme: [readme] a raw \\snippet line: GitHub shows it instead of the code (scripts/render-pages expands snippets)")
+  fi
+done
+while IFS= read -r hit; do
+  problems+=("$hit: [legend] a gnuplot legend inside the plot area (use 'set key outside', 'below' or 'above')")
+done < <(grep -nE '^[[:space:]]*set key' docs/tools/*.sh docs/figures/* 2>/dev/null |
+           grep -vE 'set key[^#]*\b(outside|below|above|[btlr]margin|off)\b' || true)
+
+# --- 5. what a person sees ------------------------------------------------
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [[ -z "$browser" ]]; then
   problems+=("no Chromium to open the pages with (apt-get install chromium)")
+elif ! command -v python3 >/dev/null 2>&1; then
+  problems+=("no python3 to drive Chromium with (apt-get install python3)")
 else
   rm -rf "$shots"
   mkdir -p "$shots"
-  profile=$(mktemp -d)
-  trap 'rm -rf "$profile"' EXIT
-  flags=(--headless --no-sandbox --disable-gpu --disable-quic --no-first-run
-         --disable-background-networking --disable-component-update --disable-sync
-         --user-data-dir="$profile" --hide-scrollbars --window-size=1280,2000
-         --virtual-time-budget=5000)
+  page_paths=()
   for p in "${pages[@]}"; do
-    [[ -s "$html/$p" ]] || continue
-    url="file://$(cd "$html" && pwd)/$p"
-    # The DOM after the scripts ran: a page that failed to render has no title.
-    dom=$(timeout 60 "$browser" "${flags[@]}" --dump-dom "$url" 2>/dev/null || true)
-    if ! grep -q 'class="title"' <<<"$dom"; then
-      problems+=("Chromium shows no page title in $p")
-    fi
-    timeout 60 "$browser" "${flags[@]}" --screenshot="$shots/${p%.html}.png" "$url" >/dev/null 2>&1 || true
-    [[ -s "$shots/${p%.html}.png" ]] || problems+=("Chromium made no screenshot of $p")
+    [[ -s "$html/$p" ]] && page_paths+=("$html/$p")
   done
-  echo "check-site: screenshots of ${#pages[@]} pages in $shots"
+  report=$(mktemp)
+  status=0
+  timeout 900 python3 scripts/site_reader.py "$browser" "$shots" "${page_paths[@]}" > "$report" || status=$?
+  while IFS= read -r line; do
+    problems+=("$line")
+  done < "$report"
+  rm -f "$report"
+  if [[ $status -ne 0 && $status -ne 1 ]]; then
+    problems+=("scripts/site_reader.py failed (exit status $status)")
+  fi
+  echo "check-site: ${#page_paths[@]} pages read in Chromium; full-page screenshots in $shots"
 fi
 
 if [[ ${#problems[@]} -gt 0 ]]; then
