@@ -14,6 +14,7 @@
 #    formula (-> \f[ ... \f]); `$$ x $$` on one line is one too; `$x$` and
 #    $`x`$ are inline (-> \f$x\f$). Code is left alone: fenced blocks, indented
 #    blocks and `code spans`.
+# 4. Headings lose their backticks (see below).
 BEGIN { in_fence = 0; in_display = 0; in_indented = 0; prev_blank = 1 }
 
 /^<!-- insert: [A-Za-z0-9_]+ -->[ \t]*$/ {
@@ -78,6 +79,10 @@ in_display { print; next }
   prev_blank = blank
   if (in_indented || blank) { print; next }
 }
+
+# A heading shows code as plain text: Doxygen 1.9 prints a code span in a heading
+# as a literal <tt> in the page's table of contents.
+/^#+ / { gsub(/`/, "") }
 
 # `$$ x $$` on one line.
 /^[ \t]*\$\$.*\$\$[ \t]*$/ {

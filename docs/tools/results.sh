@@ -34,10 +34,12 @@ provenance() {
   local file=$1
   [[ -f "$results/README.md" ]] || return 0
   awk -F'|' -v file="$file" '
-    function trim(s) { gsub(/^[ \t`]+|[ \t`]+$/, "", s); return s }
+    # Cells keep their backticks: a command stays code (Doxygen would turn its
+    # "--" into a dash in text). The file column may name several files.
+    function trim(s) { gsub(/^[ \t]+|[ \t]+$/, "", s); return s }
     /^\|/ && !header { for (i = 2; i < NF; i++) h[i] = trim($i); header = 1; next }
     /^\| *-/ { next }
-    /^\|/ && trim($2) == file { for (i = 3; i < NF; i++) printf "- **%s:** %s\n", h[i], trim($i); found = 1 }
+    /^\|/ && index($2, "`" file "`") { for (i = 3; i < NF; i++) printf "- **%s:** %s\n", h[i], trim($i); found = 1 }
     END { if (!found) print "- (no row for this file in `docs/results/README.md`)" }' "$results/README.md"
 }
 
