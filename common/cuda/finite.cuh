@@ -12,9 +12,10 @@
 namespace common::cuda {
 
 /// Throws InputError with common::non_finite_message for the first NaN or
-/// infinity in Q, K or V of `args` (float32 tensors, checked in that order).
-/// Runs one small kernel per tensor on `args.stream` and waits for that stream:
-/// a synchronisation, so callers that must stay asynchronous leave it out.
+/// infinity in Q, K or V of `args` (checked in that order), whose elements are
+/// of `args.precision`: float for fp32, `__nv_bfloat16` for bf16, `__half` for
+/// fp16. Runs one small kernel per tensor on `args.stream` and waits for that
+/// stream: a synchronisation, so callers that must stay asynchronous leave it out.
 void require_finite_inputs(const DeviceArgs& args);
 
 }  // namespace common::cuda
