@@ -43,10 +43,38 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return text + "]";
 }
 
-/// A tensor lent through DLPack for the length of one call. The capsule keeps
-/// the producer's tensor alive; when it is released, its destructor hands the
-/// tensor back (the capsule is not renamed "used_dltensor": this module never
-/// takes ownership, it only reads the pointer during the call).
+/// The DLPack dtype of a tensor whose elements are of `precision`.
+DLDataType dl_dtype(common::Precision precision) {
+  switch (precision) {
+    case common::Precision::bf16: return {kDLBfloat, 16, 1};
+    case common::Precision::fp16: return {kDLFloat, 16, 1};
+    case common::Precision::fp32: break;
+  }
+  return {kDLFloat, 32, 1};
+}
+
+bool same_dtype(const DLDataType& a, const DLDataType& b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+/// "float32" or "bfloat16 or float16": the dtypes `step` takes, for messages.
+std::string dtypes_text(const common::StepInfo& step, const char* last_separator) {
+  const std::vector<std::string> dtypes = step_dtypes(step);
+  std::string text;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == dtypes.size() ? last_separator : ", ") + dtypes[i];
+  }
+  return text;
+}
+
+/// A tensor lent through DLPack for the length of one call, consumed as the
+/// DLPack protocol asks: the capsule is renamed "used_dltensor" at once (so its
+/// producer's destructor no longer frees the tensor, whenever Python collects
+/// it) and this object calls the tensor's deleter itself when it is destroyed.
+/// So no Python object is held while a check throws: the lifetime of the
+/// producer's tensor is this C++ object's, and unwinding touches only C++.
+/// Destroy it with the GIL held (a producer's deleter may touch Python objects:
+/// CuPy's does).
 class Borrowed {
  public:
   Borrowed(py::handle object, std::string name, int64_t stream) : name_(std::move(name)) {
@@ -61,46 +89,58 @@ class Borrowed {
                                " memory; a GPU step takes CUDA tensors (NumPy arrays go through attention_forward)");
     }
     // The producer makes `stream` wait for the work that writes this tensor.
-    capsule_ = object.attr("__dlpack__")(py::arg("stream") = stream);
-    if (!PyCapsule_IsValid(capsule_.ptr(), "dltensor")) {
+    const py::object capsule = object.attr("__dlpack__")(py::arg("stream") = stream);
+    if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
       throw py::type_error(name_ + ": __dlpack__ returned no DLPack capsule named \"dltensor\"");
     }
-    tensor_ = &static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule_.ptr(), "dltensor"))->dl_tensor;
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+    if (!managed || PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw py::error_already_set();
+    managed_ = managed;  // ours from here on: the capsule may go
+  }
+  Borrowed(Borrowed&& other) noexcept
+      : name_(std::move(other.name_)), managed_(std::exchange(other.managed_, nullptr)) {}
+  Borrowed(const Borrowed&) = delete;
+  Borrowed& operator=(const Borrowed&) = delete;
+  Borrowed& operator=(Borrowed&&) = delete;
+  ~Borrowed() {
+    if (managed_ && managed_->deleter) managed_->deleter(managed_);
   }
 
   const std::string& name() const { return name_; }
-  int device() const { return tensor_->device.device_id; }
-  void* data() const { return static_cast<char*>(tensor_->data) + tensor_->byte_offset; }
-  std::vector<int64_t> dims() const { return std::vector<int64_t>(tensor_->shape, tensor_->shape + tensor_->ndim); }
+  int device() const { return tensor().device.device_id; }
+  const DLDataType& dtype() const { return tensor().dtype; }
+  void* data() const { return static_cast<char*>(tensor().data) + tensor().byte_offset; }
+  std::vector<int64_t> dims() const { return std::vector<int64_t>(tensor().shape, tensor().shape + tensor().ndim); }
   int64_t bytes() const {
     int64_t elements = 1;
     for (int64_t d : dims()) elements *= d;
-    return elements * ((tensor_->dtype.bits * tensor_->dtype.lanes + 7) / 8);
+    return elements * ((tensor().dtype.bits * tensor().dtype.lanes + 7) / 8);
   }
 
-  /// TypeError unless the elements are float32, the one precision every step
-  /// takes today (step_dtypes).
-  void require_float32(const common::StepInfo& step) const {
-    const DLDataType& t = tensor_->dtype;
-    if (t.code != kDLFloat || t.bits != 32 || t.lanes != 1) {
-      std::string takes;
-      for (const std::string& dtype : step_dtypes(step)) takes += (takes.empty() ? "" : ", ") + dtype;
-      throw py::type_error(name_ + " must be float32 (" + step.name + " takes " + takes + "); got " +
-                           dtype_name(t));
+  /// The precision of the elements when `step` computes in it (float32: fp32,
+  /// bfloat16: bf16, float16: fp16); otherwise a TypeError naming the dtypes
+  /// `step` takes, e.g. "q must be bfloat16 or float16 (step10_tensor_cores
+  /// takes bfloat16, float16); got float32".
+  common::Precision precision_for(const common::StepInfo& step) const {
+    for (common::Precision p : step.precisions) {
+      if (same_dtype(dtype(), dl_dtype(p))) return p;
     }
+    throw py::type_error(name_ + " must be " + dtypes_text(step, " or ") + " (" + step.name + " takes " +
+                         dtypes_text(step, ", ") + "); got " + dtype_name(dtype()));
   }
 
   /// InputError unless the tensor is row-major and contiguous (a dimension of
   /// size 1 may have any stride) and starts on a 16-byte boundary.
   void require_dense() const {
-    if (tensor_->strides) {
+    const DLTensor& t = tensor();
+    if (t.strides) {
       int64_t expected = 1;
-      for (int i = tensor_->ndim - 1; i >= 0; --i) {
-        if (tensor_->shape[i] != 1 && tensor_->strides[i] != expected) {
+      for (int i = t.ndim - 1; i >= 0; --i) {
+        if (t.shape[i] != 1 && t.strides[i] != expected) {
           throw common::InputError(name_ + " is not contiguous; a GPU step takes tensors without a copy, so make "
                                    "one first (PyTorch: .contiguous())");
         }
-        expected *= tensor_->shape[i];
+        expected *= t.shape[i];
       }
     }
     if (reinterpret_cast<uintptr_t>(data()) % kAlignment != 0) {
@@ -110,9 +150,10 @@ class Borrowed {
   }
 
  private:
+  const DLTensor& tensor() const { return managed_->dl_tensor; }
+
   std::string name_;
-  py::object capsule_;
-  DLTensor* tensor_ = nullptr;
+  DLManagedTensor* managed_ = nullptr;
 };
 
 /// Makes `device` current for the length of a call, then restores the previous one.
@@ -130,10 +171,11 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-/// Q, K and V borrowed and checked, and the shape they give.
+/// Q, K and V borrowed and checked, the shape they give and the precision of their elements.
 struct Inputs {
   Borrowed q, k, v;
   common::Shape shape;
+  common::Precision precision = common::Precision::fp32;
 };
 
 Inputs borrow_inputs(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, int64_t stream) {
@@ -142,7 +184,15 @@ Inputs borrow_inputs(const common::StepInfo& step, py::handle q, py::handle k, p
   }
   common::cuda::require_gpu(step.name);  // first: without a GPU, that is what a user needs to hear
   Inputs in{Borrowed(q, "q", stream), Borrowed(k, "k", stream), Borrowed(v, "v", stream), {}};
-  for (const Borrowed* t : {&in.q, &in.k, &in.v}) t->require_float32(step);
+  // Q's dtype picks the precision; K and V must have the same (a kernel reads one element type).
+  in.precision = in.q.precision_for(step);
+  for (const Borrowed* t : {&in.k, &in.v}) {
+    if (!same_dtype(t->dtype(), in.q.dtype())) {
+      throw py::type_error(t->name() + " is " + dtype_name(t->dtype()) + " but q is " + dtype_name(in.q.dtype()) +
+                           "; q, k and v must share one dtype (" + step.name + " takes " + dtypes_text(step, ", ") +
+                           ")");
+    }
+  }
   in.shape = common::shape_of(in.q.dims(), in.k.dims(), in.v.dims());
   common::require_head_dim(in.shape.head_dim, step.head_dims, step.name);
   for (const Borrowed* t : {&in.q, &in.k, &in.v}) {
@@ -155,9 +205,13 @@ Inputs borrow_inputs(const common::StepInfo& step, py::handle q, py::handle k, p
   return in;
 }
 
-/// InputError unless `t` has `dims`, is float32, dense and on `device`.
-void require_output(const Borrowed& t, const std::vector<int64_t>& dims, int device, const common::StepInfo& step) {
-  t.require_float32(step);
+/// TypeError unless `t` holds elements of `dtype` (O: Q's dtype; L: float32);
+/// InputError unless it has `dims`, is dense and on `device`.
+void require_output(const Borrowed& t, const std::vector<int64_t>& dims, int device, const DLDataType& dtype,
+                    const char* why) {
+  if (!same_dtype(t.dtype(), dtype)) {
+    throw py::type_error(t.name() + " must be " + dtype_name(dtype) + " (" + why + "); got " + dtype_name(t.dtype()));
+  }
   if (t.dims() != dims) {
     throw common::InputError(t.name() + " must have shape " + dims_text(dims) + " for these inputs; got " +
                              dims_text(t.dims()));
@@ -195,6 +249,11 @@ common::Shape check_inputs(const common::StepInfo& step, py::handle q, py::handl
   return borrow_inputs(step, q, k, v, dlpack_stream(stream)).shape;
 }
 
+std::string dtype_of(py::handle tensor, std::optional<int64_t> stream) {
+  const Borrowed t(tensor, "tensor", dlpack_stream(stream));
+  return dtype_name(t.dtype());
+}
+
 int device_of(py::handle q) {
   const py::tuple device = q.attr("__dlpack_device__")();
   return py::int_(device[1]).cast<int>();
@@ -208,8 +267,9 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
   const common::Shape& shape = in.shape;
   const DeviceGuard guard(in.q.device());
   const Borrowed out_o(o, "o", dl_stream), out_lse(lse, "lse", dl_stream);
-  require_output(out_o, to_dims(o_dims(shape)), in.q.device(), step);
-  require_output(out_lse, to_dims(lse_dims(shape)), in.q.device(), step);
+  require_output(out_o, to_dims(o_dims(shape)), in.q.device(), in.q.dtype(), "O has the inputs' dtype");
+  require_output(out_lse, to_dims(lse_dims(shape)), in.q.device(), dl_dtype(common::Precision::fp32),
+                 "L is fp32 in every precision");
   for (const Borrowed* out : {&out_o, &out_lse}) {
     for (const Borrowed* input : {&in.q, &in.k, &in.v}) require_disjoint(*out, *input);
   }
@@ -219,6 +279,7 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
   args.shape = shape;
   args.causal = causal;
   args.scale = scale_or_default(scale, shape.head_dim);
+  args.precision = in.precision;
   args.q = in.q.data();
   args.k = in.k.data();
   args.v = in.v.data();
@@ -256,13 +317,24 @@ bool gpu_available() {
   return found;
 }
 
-DeviceArray::DeviceArray(std::vector<int64_t> dims, int device) : dims_(std::move(dims)), device_(device) {
+DeviceArray::DeviceArray(std::vector<int64_t> dims, int device, const std::string& dtype)
+    : dims_(std::move(dims)), device_(device) {
+  if (dtype == "float32") {
+    precision_ = common::Precision::fp32;
+  } else if (dtype == "bfloat16") {
+    precision_ = common::Precision::bf16;
+  } else if (dtype == "float16") {
+    precision_ = common::Precision::fp16;
+  } else {
+    throw py::type_error("a DeviceArray holds float32, bfloat16 or float16; got dtype '" + dtype + "'");
+  }
   common::cuda::require_gpu("flash_steps");
   const DeviceGuard guard(device);
   int64_t elements = 1;
   for (int64_t d : dims_) elements *= d;
+  const DLDataType t = dl_dtype(precision_);
   void* memory = nullptr;
-  CUDA_CHECK(cudaMalloc(&memory, size_t(elements) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&memory, size_t(elements) * (t.bits / 8)));
   memory_ = std::shared_ptr<void>(memory, [](void* p) { (void)cudaFree(p); });
 }
 
@@ -283,7 +355,7 @@ py::capsule DeviceArray::dlpack(py::object /*stream*/, py::object /*max_version*
   lent->managed.dl_tensor.data = memory_.get();
   lent->managed.dl_tensor.device = {kDLCUDA, device_};
   lent->managed.dl_tensor.ndim = int(lent->dims.size());
-  lent->managed.dl_tensor.dtype = {kDLFloat, 32, 1};
+  lent->managed.dl_tensor.dtype = dl_dtype(precision_);
   lent->managed.dl_tensor.shape = lent->dims.data();
   lent->managed.dl_tensor.strides = nullptr;  // row-major, contiguous
   lent->managed.manager_ctx = lent;
@@ -298,6 +370,8 @@ py::capsule DeviceArray::dlpack(py::object /*stream*/, py::object /*max_version*
 }
 
 py::tuple DeviceArray::dlpack_device() const { return py::make_tuple(int(kDLCUDA), device_); }
+
+std::string DeviceArray::dtype() const { return dtype_name(dl_dtype(precision_)); }
 
 void synchronize(std::optional<int64_t> stream) {
   CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(static_cast<intptr_t>(dlpack_stream(stream)))));

@@ -34,17 +34,20 @@ namespace py = pybind11;
 int64_t dlpack_stream(std::optional<int64_t> stream);
 
 /// Checks Q, K and V for `step` as its launch would, before any output is
-/// allocated: a GPU present (NoGpuError), CUDA tensors of float32, contiguous,
-/// 16-byte aligned, on one device, shaped [B, H, N, d] and agreeing (InputError,
-/// TypeError), a head dimension the step was compiled for. Returns the shape.
+/// allocated: a GPU present (NoGpuError); CUDA tensors of one dtype the step
+/// computes in (float32: fp32, bfloat16: bf16, float16: fp16; TypeError naming
+/// the step's dtypes otherwise), contiguous, 16-byte aligned, on one device,
+/// shaped [B, H, N, d] and agreeing (InputError); a head dimension the step was
+/// compiled for. Returns the shape.
 common::Shape check_inputs(const common::StepInfo& step, py::handle q, py::handle k, py::handle v,
                            std::optional<int64_t> stream);
 
 /// The DLPack device id of Q (after check_inputs: a CUDA device).
 int device_of(py::handle q);
 
-/// Runs `step`'s kernel on DLPack tensors: O and L are written in place.
-/// `o` is float32 [B, H, N_q, d], `lse` float32 [B, H, N_q], `workspace` at least
+/// Runs `step`'s kernel on DLPack tensors: O and L are written in place, in the
+/// precision of Q's dtype (DeviceArgs::precision).
+/// `o` is [B, H, N_q, d] of Q's dtype, `lse` float32 [B, H, N_q], `workspace` at least
 /// step.gpu->workspace_bytes(shape) bytes (None when that is 0), all on Q's
 /// device, contiguous and sharing no memory with Q, K, V or each other. The
 /// kernel is enqueued on `stream` and not waited for. With `check_finite`, Q, K
@@ -53,6 +56,10 @@ int device_of(py::handle q);
 void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
             py::handle lse, py::handle workspace, bool causal, std::optional<double> scale,
             std::optional<int64_t> stream, bool check_finite);
+
+/// "float32", "bfloat16", "float16" (or another DLPack dtype's name): the
+/// element type of a CUDA tensor lent through DLPack on `stream`.
+std::string dtype_of(py::handle tensor, std::optional<int64_t> stream);
 
 /// True when a CUDA GPU can be used (the driver loads and a device is there).
 bool gpu_available();
@@ -64,10 +71,13 @@ bool gpu_available();
 /// tensor made from it.
 class DeviceArray {
  public:
-  /// Allocates an uninitialised float32 array of `dims` on CUDA device `device`.
-  DeviceArray(std::vector<int64_t> dims, int device);
+  /// Allocates an uninitialised array of `dims` on CUDA device `device`, of
+  /// `dtype`: "float32", "bfloat16" or "float16" (TypeError for another).
+  DeviceArray(std::vector<int64_t> dims, int device, const std::string& dtype);
   /// The dimensions.
   const std::vector<int64_t>& dims() const { return dims_; }
+  /// "float32", "bfloat16" or "float16".
+  std::string dtype() const;
   /// `__dlpack__`: a "dltensor" capsule lending the memory. The data is ready:
   /// the module waits for the launch before handing a DeviceArray out, so
   /// `stream` needs no synchronisation.
@@ -78,6 +88,7 @@ class DeviceArray {
  private:
   std::vector<int64_t> dims_;
   int device_ = 0;
+  common::Precision precision_ = common::Precision::fp32;
   std::shared_ptr<void> memory_;  // cudaFree when the last owner lets go
 };
 

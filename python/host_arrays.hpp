@@ -25,10 +25,25 @@ namespace flash_python {
 
 namespace py = pybind11;
 
-/// The precisions `step` takes at its interface. StepInfo has no field for them
-/// yet: every step takes float32 (DESIGN.md). The one place to change when a
-/// step adds bf16 or fp16.
-inline std::vector<std::string> step_dtypes(const common::StepInfo& /*step*/) { return {"float32"}; }
+/// "float32", "bfloat16" or "float16": the dtype (PyTorch's and NumPy's name)
+/// of a tensor whose elements are of `precision`.
+inline std::string dtype_name(common::Precision precision) {
+  switch (precision) {
+    case common::Precision::bf16: return "bfloat16";
+    case common::Precision::fp16: return "float16";
+    case common::Precision::fp32: break;
+  }
+  return "float32";
+}
+
+/// The dtypes of the CUDA tensors `step` takes through DLPack, one per precision
+/// it computes in, its own first: ["float32"], or ["bfloat16", "float16"]. NumPy
+/// arrays are float32 for every step (a step rounds them on upload).
+inline std::vector<std::string> step_dtypes(const common::StepInfo& step) {
+  std::vector<std::string> dtypes;
+  for (common::Precision p : step.precisions) dtypes.push_back(dtype_name(p));
+  return dtypes;
+}
 
 /// "torch.Tensor", "numpy.ndarray", "list": the type of `object`, for messages.
 std::string type_name(py::handle object);

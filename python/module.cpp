@@ -39,14 +39,19 @@ namespace {
 
 /// Runs `step` on NumPy arrays and returns (o, lse) as NumPy arrays. Every step
 /// takes this path: a GPU step uploads once, launches and downloads once.
+/// `dtype` is the precision to compute in, as the programs' --dtype spells it
+/// (None: the step's own); float32 in and out whatever it is: a bf16/fp16 step
+/// rounds Q, K and V once on upload and O comes back widened.
 py::tuple forward_arrays(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, bool causal,
-                  std::optional<double> scale, int64_t sram_floats) {
+                         std::optional<double> scale, int64_t sram_floats, std::optional<std::string> dtype) {
   if (sram_floats < 0) {
     throw common::InputError("sram_floats must be >= 0 (0 = the step's default), got " + std::to_string(sram_floats));
   }
-  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
   common::Options options;
   options.sram_floats = sram_floats;
+  options.precision = dtype ? common::parse_precision(*dtype) : step.precisions.front();
+  common::require_precision(step, options.precision);  // before anything is copied
+  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
   common::Result result;
   {
     py::gil_scoped_release release;  // minutes for the simulator of step 3: other threads may run
@@ -77,6 +82,30 @@ common::Verdict check(py::handle q, py::handle k, py::handle v, py::handle o, py
   return common::check_result(problem, result);
 }
 
+/// Registers C++ exception E as the Python exception `name`, a subclass of
+/// `base`, in module `m`. pybind11's register_exception keeps the Python type in
+/// a function-local static py::object, whose destructor runs at process exit,
+/// after the interpreter has finalised (a Py_DECREF on a dead interpreter, which
+/// pybind11 2.12's notes call undefined behaviour). Here the type is held by a
+/// reference never given back, as CPython holds its own exception types, and
+/// the translator raises it with PyErr_SetString.
+template <class E>
+void register_error(py::module_& m, const char* name, PyObject* base) {
+  static PyObject* type = nullptr;  // one registration per E: the module is initialised once
+  const std::string qualified = std::string(py::str(m.attr("__name__"))) + "." + name;
+  type = PyErr_NewException(qualified.c_str(), base, nullptr);
+  if (!type) throw py::error_already_set();
+  m.add_object(name, py::handle(type));
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    if (!thrown) return;
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const E& error) {
+      PyErr_SetString(type, error.what());
+    }
+  });
+}
+
 }  // namespace
 
 }  // namespace flash_python
@@ -86,8 +115,25 @@ PYBIND11_MODULE(_native, m) {
   namespace py = pybind11;
   m.doc() = "FlashAttention, step by step: the compiled half of flash_steps (see python/flash_steps/__init__.py).";
 
-  py::register_exception<common::InputError>(m, "InputError", PyExc_ValueError);
-  py::register_exception<common::NoGpuError>(m, "NoGpuError", PyExc_RuntimeError);
+#if PYBIND11_VERSION_MAJOR == 2 && PYBIND11_VERSION_MINOR < 12
+  // pybind11 before 2.12 reads NumPy 1's layout of an array descriptor: under
+  // NumPy 2 its dtype().itemsize() reads another field, and the arrays made from
+  // a step's O and L get wrong strides. Refuse to load rather than hand those out.
+  {
+    const std::string numpy_version = py::str(py::module_::import("numpy").attr("__version__"));
+    if (std::stoi(numpy_version) >= 2) {
+      throw py::import_error("flash_steps._native was built with pybind11 " PYBIND11_TOSTRING(
+          PYBIND11_VERSION_MAJOR) "." PYBIND11_TOSTRING(PYBIND11_VERSION_MINOR) ", which reads NumPy 1's array "
+                             "layout, and this Python has NumPy " + numpy_version +
+                             "; rebuild with pybind11 >= 2.12 (python/CMakeLists.txt: FLASH_PYBIND11_INCLUDE) or "
+                             "use numpy<2");
+    }
+  }
+#endif
+
+  // NoGpuError last: pybind11 tries the translators registered last first.
+  flash_python::register_error<common::InputError>(m, "InputError", PyExc_ValueError);
+  flash_python::register_error<common::NoGpuError>(m, "NoGpuError", PyExc_RuntimeError);
 
   py::class_<common::Shape>(m, "Shape", "Sizes of one problem: Q is (B, H, N_q, d), K and V are (B, H, N_kv, d).")
       .def(py::init([](int64_t batch, int64_t heads, int64_t seq_q, int64_t seq_kv, int64_t head_dim) {
@@ -129,7 +175,9 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("head_dims", &common::StepInfo::head_dims, "supported d (empty: any d >= 1)")
       .def_readonly("uses_sram_budget", &common::StepInfo::uses_sram_budget, "tiles come from an SRAM budget M")
       .def_readonly("default_sram_floats", &common::StepInfo::default_sram_floats, "M when none is given")
-      .def_property_readonly("dtypes", &flash_python::step_dtypes, "the dtypes the step takes: ['float32']")
+      .def_property_readonly("dtypes", &flash_python::step_dtypes,
+                             "the dtypes of the CUDA tensors it takes, one per precision, its own first:\n"
+                             "['float32'] or ['bfloat16', 'float16'] (NumPy arrays are float32 for every step)")
       .def_property_readonly(
           "precisions",
           [](const common::StepInfo& s) {
@@ -139,9 +187,11 @@ PYBIND11_MODULE(_native, m) {
           },
           "the precisions it computes in (the programs' --dtype), its own first: ['fp32']")
       .def("forward", &flash_python::forward_arrays, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
-           py::arg("scale") = py::none(), py::arg("sram_floats") = 0,
+           py::arg("scale") = py::none(), py::arg("sram_floats") = 0, py::arg("dtype") = py::none(),
            "(o, lse) for float32 NumPy arrays q, k, v [B, H, N, d] (any strides: copied). Any step; a GPU step\n"
-           "uploads, launches once and downloads. sram_floats: the budget M of steps that use one (0: default).")
+           "uploads, launches once and downloads. sram_floats: the budget M of steps that use one (0: default).\n"
+           "dtype: the precision to compute in, 'fp32', 'bf16' or 'fp16' (None: the step's own, precisions[0]);\n"
+           "one the step does not compute in is refused. Arrays in and out stay float32 (O widened).")
       .def("workspace_bytes",
            [](const common::StepInfo& s, const common::Shape& shape) -> int64_t {
              return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape) : 0;
@@ -174,18 +224,23 @@ PYBIND11_MODULE(_native, m) {
            py::arg("lse"), py::arg("workspace") = py::none(), py::kw_only(), py::arg("causal") = false,
            py::arg("scale") = py::none(), py::arg("stream") = py::none(), py::arg("check_finite") = false,
            "Enqueues the step's kernel on CUDA tensors lent through DLPack (no copy): reads q, k, v\n"
-           "[B, H, N, d] float32, writes o [B, H, N_q, d] and lse [B, H, N_q] in place. stream: the\n"
+           "[B, H, N, d] of one of the step's dtypes (float32, bfloat16, float16: the precision it computes\n"
+           "in), writes o [B, H, N_q, d] of q's dtype and lse [B, H, N_q] float32 in place. stream: the\n"
            "cudaStream_t to run on, as an integer (None or 0: the legacy default stream); each tensor's\n"
            "__dlpack__(stream=...) makes it wait for the tensor's producer. Not waited for.\n"
            "check_finite: refuse NaN or infinity in q, k, v first (a wait for the stream).");
   m.def("device_of", &flash_python::device_of, py::arg("tensor"), "the CUDA device id of a DLPack tensor");
+  m.def("dtype_of", &flash_python::dtype_of, py::arg("tensor"), py::kw_only(), py::arg("stream") = py::none(),
+        "'float32', 'bfloat16', 'float16' (or DLPack's name of another): the dtype of a CUDA tensor");
   m.def("synchronize", &flash_python::synchronize, py::arg("stream") = py::none(),
         "waits for the work enqueued on `stream` (an integer handle; None: the legacy default stream)");
   py::class_<flash_python::DeviceArray>(m, "DeviceArray",
-                                        "float32 device memory owned by this module, lent through DLPack: outputs\n"
-                                        "for frameworks the package cannot allocate with (pass it to from_dlpack)")
-      .def(py::init<std::vector<int64_t>, int>(), py::arg("shape"), py::arg("device") = 0)
+                                        "device memory owned by this module, lent through DLPack: outputs for\n"
+                                        "frameworks the package cannot allocate with (pass it to from_dlpack)")
+      .def(py::init<std::vector<int64_t>, int, std::string>(), py::arg("shape"), py::arg("device") = 0,
+           py::arg("dtype") = "float32", "uninitialised; dtype: 'float32', 'bfloat16' or 'float16'")
       .def_property_readonly("shape", [](const flash_python::DeviceArray& a) { return py::tuple(py::cast(a.dims())); })
+      .def_property_readonly("dtype", &flash_python::DeviceArray::dtype)
       .def("__dlpack__", &flash_python::DeviceArray::dlpack, py::kw_only(), py::arg("stream") = py::none(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", &flash_python::DeviceArray::dlpack_device);

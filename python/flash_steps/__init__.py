@@ -24,7 +24,12 @@ What a step takes, and what it gives back:
   O and L come back as tensors of the caller's framework: allocated by PyTorch or CuPy
   themselves (their allocators, their streams), for any other framework in device
   memory this module owns, handed over through the framework's ``from_dlpack``.
-* float32 only, for now (``Step.dtypes``).
+* Precisions (``Step.precisions``: 'fp32', 'bf16', 'fp16', the step's own first). NumPy
+  arrays are float32 in and out for every step; ``dtype='bf16'`` (or 'fp16', 'fp32') asks a
+  step that computes in several for one of them (None: its own), and a step rounds Q, K
+  and V to it once on upload and hands O back widened to float32. CUDA tensors compute in
+  their own dtype, one of ``Step.dtypes`` (float32 for fp32 steps; bfloat16 or float16 for
+  steps that compute in bf16/fp16): q, k and v share it, O comes back in it, L in float32.
 
 Bad input raises, with the programs' one-line message: a wrong type or dtype is a
 ``TypeError``; a wrong shape, sizes that disagree, an unsupported d, NaN or infinity in
@@ -79,15 +84,18 @@ class Step:
         self.title = native.title  #: one line: what the step adds
         self.needs_gpu = native.needs_gpu  #: runs on a CUDA GPU
         self.head_dims = list(native.head_dims)  #: supported d (empty: any d >= 1)
-        self.dtypes = list(native.dtypes)  #: the dtypes the step takes
+        self.dtypes = list(native.dtypes)  #: the dtypes of the CUDA tensors it takes: ['bfloat16', 'float16']
         self.precisions = list(native.precisions)  #: the precisions it computes in (--dtype), its own first
         self.uses_sram_budget = native.uses_sram_budget  #: tiles from an SRAM budget M
         self.short_name = self.name[:6]  #: 'step06' for step06_fa2: the C++ namespace, this module's attribute
 
-    def attention_forward(self, q, k, v, causal=False, scale=None, *, stream=None, check_finite=True,
-                          sram_floats=0):
+    def attention_forward(self, q, k, v, causal=False, scale=None, *, dtype=None, stream=None,
+                          check_finite=True, sram_floats=0):
         """(o, lse) for q [B, H, N_q, d], k and v [B, H, N_kv, d] (see the module's help).
 
+        dtype: NumPy arrays: the precision to compute in, 'fp32', 'bf16' or 'fp16' (None: the
+            step's own, ``precisions[0]``); the arrays stay float32 in and out. CUDA tensors
+            compute in their own dtype: a dtype naming another is a TypeError.
         stream: GPU steps on CUDA tensors: the CUDA stream to run on, as an integer handle
             (default: the caller's framework's current stream).
         check_finite: GPU steps on CUDA tensors: refuse NaN and infinity in q, k, v, as the
@@ -96,8 +104,9 @@ class Step:
         sram_floats: the SRAM budget M of the steps that derive tiles from it (0: default).
         """
         if isinstance(q, _np.ndarray) or not self.needs_gpu:
-            return self._native.forward(q, k, v, causal=causal, scale=scale, sram_floats=sram_floats)
-        return _forward_on_gpu(self, q, k, v, causal, scale, stream, check_finite)
+            return self._native.forward(q, k, v, causal=causal, scale=scale, sram_floats=sram_floats,
+                                        dtype=dtype)
+        return _forward_on_gpu(self, q, k, v, causal, scale, dtype, stream, check_finite)
 
     def check_inputs(self, q, k, v, *, stream=None):
         """The Shape of CUDA tensors q, k, v, checked as launch() checks them (GPU steps)."""
@@ -140,12 +149,11 @@ class _Torch:
         return x.detach()
 
     @staticmethod
-    def empty(shape, like, nbytes=None):
+    def empty(shape, like, dtype=None):
+        """Uninitialised [shape] on like's device: like's dtype, or 'float32' or 'uint8'."""
         import torch
 
-        if nbytes is not None:
-            return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
-        return torch.empty(shape, dtype=torch.float32, device=like.device)
+        return torch.empty(shape, dtype=like.dtype if dtype is None else getattr(torch, dtype), device=like.device)
 
 
 class _CuPy:
@@ -163,13 +171,11 @@ class _CuPy:
         return x
 
     @staticmethod
-    def empty(shape, like, nbytes=None):
+    def empty(shape, like, dtype=None):
         import cupy
 
         with like.device:
-            if nbytes is not None:
-                return cupy.empty(nbytes, dtype=cupy.uint8)
-            return cupy.empty(shape, dtype=cupy.float32)
+            return cupy.empty(shape, dtype=like.dtype if dtype is None else dtype)
 
 
 _FRAMEWORKS = {"torch": _Torch, "cupy": _CuPy}
@@ -189,26 +195,37 @@ def _from_dlpack_of(x):
     return getattr(_sys.modules.get(name), "from_dlpack", None)
 
 
-def _forward_on_gpu(step, q, k, v, causal, scale, stream, check_finite):
+#: The precisions' names as the programs spell them ('bf16') and as dtypes ('bfloat16').
+_DTYPE_OF_PRECISION = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _forward_on_gpu(step, q, k, v, causal, scale, dtype, stream, check_finite):
     framework = _FRAMEWORKS.get(_framework_name(q))
     if framework is not None:
         q, k, v = framework.lend(q), framework.lend(k), framework.lend(v)
         if stream is None:
             stream = framework.stream(q)
     shape = step.check_inputs(q, k, v, stream=stream)  # the one-line errors, before anything is allocated
+    # One of step.dtypes, checked just now; asked only where it is needed (one more __dlpack__).
+    tensor_dtype = _native.dtype_of(q, stream=stream) if dtype is not None or framework is None else None
+    if dtype is not None and _DTYPE_OF_PRECISION.get(dtype) != tensor_dtype:
+        raise TypeError(f"dtype={dtype!r} but q is {tensor_dtype}; CUDA tensors compute in their own dtype "
+                        f"({step.name} takes {', '.join(step.dtypes)}): convert them first")
     o_shape = (shape.batch, shape.heads, shape.seq_q, shape.head_dim)
     lse_shape = o_shape[:3]
     nbytes = step.workspace_bytes(shape)
     if framework is not None:
-        o, lse = framework.empty(o_shape, q), framework.empty(lse_shape, q)
-        workspace = framework.empty(None, q, nbytes) if nbytes else None
+        # O in the inputs' dtype, L in float32, as FlashAttention-2 returns them.
+        o, lse = framework.empty(o_shape, q), framework.empty(lse_shape, q, "float32")
+        workspace = framework.empty(nbytes, q, "uint8") if nbytes else None
         step.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream,
                     check_finite=check_finite)
         return o, lse
     # Any other framework (JAX, ...): memory this module owns, handed over through DLPack
     # once the kernel has finished (so the consumer's stream needs no event to wait on).
     device = _native.device_of(q)
-    o, lse = _native.DeviceArray(o_shape, device), _native.DeviceArray(lse_shape, device)
+    o = _native.DeviceArray(o_shape, device, tensor_dtype)
+    lse = _native.DeviceArray(lse_shape, device, "float32")
     workspace = _native.DeviceArray(((nbytes + 3) // 4,), device) if nbytes else None
     step.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream,
                 check_finite=check_finite)

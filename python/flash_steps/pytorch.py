@@ -13,7 +13,10 @@ implementation (``register_fake``: O and L's shapes from Q's, no GPU work), so t
 ``torch.compile(fullgraph=True)`` traces a model through the operator instead of
 breaking the graph, and FakeTensor/meta tensors can flow through it.
 
-The operator takes float32 CUDA tensors [B, H, N, d]. Views (a transposed [B, N, H, d]
+The operator takes CUDA tensors [B, H, N, d] of a dtype the step computes in (``Step.dtypes``:
+float32 for the fp32 steps, bfloat16 or float16 for the steps that compute in bf16/fp16);
+q, k and v share it, O comes back in it and L in float32, as FlashAttention-2 returns them.
+Views (a transposed [B, N, H, d]
 layout, as attention layers make) are copied to contiguous tensors first, as SDPA
 would; the kernel then runs on them through DLPack without a further copy, on the
 current stream. Forward only: no backward is registered. Unlike
@@ -43,7 +46,7 @@ def _register(step):
         # made on it, so no event is recorded (and CUDA graph capture is not disturbed).
         stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
         shape = step.check_inputs(q, k, v, stream=stream)  # the step's one-line errors, before allocating
-        o = torch.empty_like(q)
+        o = torch.empty_like(q)  # Q's dtype: the precision the step computes in
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
         nbytes = step.workspace_bytes(shape)
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
@@ -52,10 +55,12 @@ def _register(step):
 
     @forward.register_fake
     def _(q, k, v, causal, scale):
-        # What the real operator returns, without running it: O like Q (contiguous), L
-        # one dimension less, both float32 on Q's device.
+        # What the real operator returns, without running it: O like Q (contiguous, Q's
+        # dtype), L one dimension less and float32 whatever Q's dtype, both on Q's device.
         torch._check(q.dim() == 4, lambda: f"q must have 4 dimensions [B, H, N, d], got {q.dim()}")
-        return q.new_empty(q.shape), q.new_empty(q.shape[:-1])
+        torch._check(k.dtype == q.dtype and v.dtype == q.dtype,
+                     lambda: f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
     return forward
 
@@ -93,7 +98,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  scale=None, enable_gqa=False, *, step=None):
     """O like ``torch.nn.functional.scaled_dot_product_attention``, computed by a step.
 
-    The same arguments, for float32 CUDA tensors [B, H, N, d]. The steps apply no mask
+    The same arguments, for CUDA tensors [B, H, N, d] of one of the step's dtypes (float32;
+    bfloat16 or float16 for the steps that compute in them); O has the inputs' dtype, as
+    SDPA's does. The steps apply no mask
     but the causal one (``is_causal``, top-left aligned as in SDPA) and no dropout: an
     ``attn_mask`` or a ``dropout_p`` is refused with a ValueError. ``enable_gqa``: K and V
     may have fewer heads than Q (a divisor), repeated to Q's as SDPA does.

@@ -78,6 +78,26 @@ def test_nan_and_infinity_in_an_input_are_refused_naming_the_element(step, qkv):
 
 
 @pytest.mark.parametrize("step", CPU_STEPS, ids=lambda s: s.name)
+def test_a_precision_the_step_does_not_compute_in_is_refused_with_the_programs_message(step, qkv):
+    for dtype in ("bf16", "fp16"):
+        with pytest.raises(flash_steps.InputError,
+                           match=rf"^{step.name} computes in fp32 only; --dtype {dtype} is not one of its precisions$"):
+            step.attention_forward(*qkv, dtype=dtype)
+    with pytest.raises(ValueError, match=r"^--dtype: 'float16' is not a precision \(fp32, bf16 or fp16\)$"):
+        step.attention_forward(*qkv, dtype="float16")
+
+
+@pytest.mark.parametrize("step", [s for s in flash_steps.gpu_steps() if "fp32" not in s.precisions],
+                         ids=lambda s: s.name)
+def test_a_bf16_step_refuses_fp32_before_looking_for_a_gpu(step, qkv):
+    # The precision is checked first, so a machine without a GPU gives the same message.
+    with pytest.raises(flash_steps.InputError,
+                       match=rf"^{step.name} computes in bf16, fp16; --dtype fp32 is not one of its precisions$"):
+        step.attention_forward(*qkv, dtype="fp32")
+    assert step.dtypes == ["bfloat16", "float16"] and step.precisions == ["bf16", "fp16"]
+
+
+@pytest.mark.parametrize("step", CPU_STEPS, ids=lambda s: s.name)
 def test_a_scale_that_is_not_finite_is_refused(step, qkv):
     for scale in (float("inf"), float("nan"), 1e300):
         with pytest.raises(ValueError, match="^scale must be a finite number"):
@@ -107,6 +127,9 @@ def test_a_gpu_step_without_a_gpu_says_so(step, qkv):
         step.attention_forward(q, k, v)
     with pytest.raises(RuntimeError, match=rf"^{step.name} needs an NVIDIA GPU: "):
         step.launch(q, k, v, np.empty_like(q), np.empty(q.shape[:3], np.float32))
+    for dtype in step.precisions:  # every precision it computes in reaches the GPU check
+        with pytest.raises(flash_steps.NoGpuError, match=rf"^{step.name} needs an NVIDIA GPU: "):
+            step.attention_forward(q, k, v, dtype=dtype)
 
 
 def test_the_interpreter_survives_every_bad_call(qkv):

@@ -124,7 +124,10 @@ def test_steps_are_found_by_name_short_name_and_number():
     assert flash_steps.step("step02") is flash_steps.step02
     assert flash_steps.step(2) is flash_steps.step02
     assert flash_steps.step02.title and flash_steps.step02.dtypes == ["float32"]
-    assert all(s.precisions == ["fp32"] for s in flash_steps.steps())
+    for s in flash_steps.steps():  # the precisions it computes in, its own first; a dtype for each
+        assert s.precisions and set(s.precisions) <= {"fp32", "bf16", "fp16"}
+        assert s.dtypes == [{"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[p] for p in s.precisions]
+    assert all(s.precisions == ["fp32"] for s in CPU_STEPS)
     assert flash_steps.step01.head_dims == []  # any d
     for s in flash_steps.gpu_steps():
         assert s.head_dims and s.needs_gpu
@@ -141,3 +144,13 @@ def test_shapes_are_validated_and_gpu_steps_say_what_workspace_they_need():
     for s in flash_steps.gpu_steps():  # steps 4 and 5 keep l and m in global memory
         expected = 2 * 2 * 3 * 100 * 4 if s.short_name in ("step04", "step05") else 0
         assert s.workspace_bytes(shape) == expected, s.name
+
+
+@pytest.mark.parametrize("step", CPU_STEPS, ids=lambda s: s.name)
+def test_dtype_names_the_precision_and_fp32_is_a_cpu_steps_own(step, rng):
+    q, k, v = random_qkv(rng, 1, 2, 17, 9, 8)
+    o, lse = step.attention_forward(q, k, v, causal=True)
+    o32, lse32 = step.attention_forward(q, k, v, causal=True, dtype="fp32")
+    assert o32.dtype == lse32.dtype == np.float32
+    for out, out_lse in ((o, lse), (o32, lse32)):  # None means the step's own: fp32
+        assert flash_steps.check_result(q, k, v, out, out_lse, causal=True).passed
