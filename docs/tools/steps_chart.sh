@@ -86,7 +86,7 @@ set boxwidth 0.38
 set grid ytics
 set xtics rotate by -30 left noenhanced nomirror
 set key outside right top vertical Left reverse noenhanced box
-set rmargin 24
+set rmargin 32
 plot '$tmp/chart.dat' using (\$1 - 0.2):(\$5 > 0 ? NaN : \$3):xtic(2) with boxes lc rgb '#1f5f9f' title 'step, not causal', \
      '' using (\$1 + 0.2):(\$5 > 0 ? NaN : \$4) with boxes lc rgb '#8fbde8' title 'step, causal', \
      '' using (\$1 - 0.2):(\$5 > 0 ? \$3 : NaN) with boxes lc rgb '#555555' title 'baseline, not causal', \
