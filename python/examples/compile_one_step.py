@@ -28,8 +28,12 @@ def attention_block(x, w_qkv, w_o, heads, sdpa):
 # [attention block]
 
 
-def run(step="step08_fa2_pipelined", batch=4, seq=1024, heads=8, head_dim=64, repeat=20, inductor=True):
+def run(step="step08_fa2_pipelined", batch=4, seq=1024, heads=8, head_dim=64, repeat=20, inductor=True,
+        dtype=None):
     """Compiles the block with the step; returns a dict of what it found.
+
+    dtype: the block's torch dtype (None: the one the step computes in natively, e.g.
+    torch.bfloat16 for a tensor-core step).
 
     The graph is traced twice, by torch._dynamo.explain (graph and break counts) and by
     torch.compile(fullgraph=True) with a backend that keeps the FX graph (the operator's
@@ -41,11 +45,12 @@ def run(step="step08_fa2_pipelined", batch=4, seq=1024, heads=8, head_dim=64, re
 
     torch.backends.cuda.matmul.allow_tf32 = False
     step = flash_steps.step(step)
+    dtype = getattr(torch, step.dtypes[0]) if dtype is None else dtype
     dim = heads * head_dim
     gen = torch.Generator("cuda").manual_seed(0)
-    x = torch.randn(batch, seq, dim, device="cuda", generator=gen)
-    w_qkv = torch.randn(dim, 3 * dim, device="cuda", generator=gen) / dim**0.5
-    w_o = torch.randn(dim, dim, device="cuda", generator=gen) / dim**0.5
+    x = torch.randn(batch, seq, dim, device="cuda", generator=gen).to(dtype)
+    w_qkv = (torch.randn(dim, 3 * dim, device="cuda", generator=gen) / dim**0.5).to(dtype)
+    w_o = (torch.randn(dim, dim, device="cuda", generator=gen) / dim**0.5).to(dtype)
 
     # [with step]
     def with_step(x, w_qkv, w_o):
@@ -89,7 +94,7 @@ def run(step="step08_fa2_pipelined", batch=4, seq=1024, heads=8, head_dim=64, re
             times.append(start.elapsed_time(stop))
         return sorted(times)[len(times) // 2]
 
-    return dict(step=step.name, graphs=explanation.graph_count, graph_breaks=explanation.graph_break_count,
+    return dict(step=step.name, dtype=str(dtype).replace("torch.", ""), graphs=explanation.graph_count, graph_breaks=explanation.graph_break_count,
                 op_nodes=op_nodes, max_diff_compiled_vs_eager=(out - eager).abs().max().item(),
                 max_diff_traced_vs_eager=(traced - eager).abs().max().item(),
                 max_diff_vs_sdpa=(out - reference).abs().max().item(),
@@ -103,7 +108,7 @@ def main():
     parser.add_argument("--seq", type=int, default=1024)
     args = parser.parse_args()
     r = run(args.step, seq=args.seq)
-    print(f"torch.compile(fullgraph=True) of an attention block on {r['step']}:")
+    print(f"torch.compile(fullgraph=True) of an attention block on {r['step']} ({r['dtype']}):")
     print(f"  graphs {r['graphs']}, graph breaks {r['graph_breaks']}, operator nodes {r['op_nodes']}")
     print(f"  max |compiled - eager| {r['max_diff_compiled_vs_eager']:.3g}, max |step - SDPA block| "
           f"{r['max_diff_vs_sdpa']:.3g} (outputs up to {r['max_abs']:.3g})")
