@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Everything GPU-side of the Python front end, in one call, on the GPU machine:
 #   scripts/check_python_gpu.sh OUTDIR
-# Needs: nvcc, CMake, ninja, and a python3 on the PATH with torch (CUDA), numpy, pytest,
-# pybind11 (pip's: `python3 -m pybind11 --cmakedir`) and, for the model, transformers.
+# Needs: nvcc, CMake, ninja, and a python3 on the PATH with torch (CUDA), numpy, pytest
+# and, for the model, transformers. pybind11: FLASH_PYBIND11_INCLUDE=<dir holding
+# pybind11/pybind11.h> if set (e.g. PyTorch's torch/include); else pip's if this python3
+# has it; else Debian's (pybind11-dev, e.g. in .carry/deps), and when that one is older
+# than the interpreter needs (2.11 for Python 3.12, 2.12 for NumPy 2) python/CMakeLists.txt
+# takes the newer copy PyTorch ships in torch/include. The configure line in build.log
+# says which pybind11 the module was built with.
 # Headers the machine lacks (CLI11, nlohmann-json, dlpack) travel in .carry/deps
 # (apt-get download + dpkg -x on a Debian machine).
 #
@@ -38,6 +43,7 @@ fail() {
   "$python" -c "import sys, torch, numpy; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__)"
   "$python" -c "import transformers, transformers.masking_utils as m; print('transformers', transformers.__version__, 'AttentionInterface', hasattr(transformers, 'AttentionInterface'), 'AttentionMaskInterface', hasattr(m, 'AttentionMaskInterface'))" || echo "transformers: not importable"
   "$python" -c "import pybind11; print('pybind11', pybind11.__version__)" || echo "pybind11: not importable (CMake finds it under CMAKE_PREFIX_PATH)"
+  "$python" -c "import importlib.util as u, os, re; d = os.path.join(list(u.find_spec('torch').submodule_search_locations)[0], 'include', 'pybind11', 'detail', 'common.h'); print('torch/include pybind11', '.'.join(re.findall(r'#define PYBIND11_VERSION_(?:MAJOR|MINOR|PATCH) (\S+)', open(d).read())))" || echo "torch/include: no pybind11 headers"
 } >"$out/versions.txt" 2>&1 || fail "python3 lacks torch, numpy or pybind11" "$out/versions.txt"
 cat "$out/versions.txt"
 
@@ -45,13 +51,18 @@ echo "== configure and build the module"
 start=$SECONDS
 prefix=()
 [[ -d .carry/deps/usr ]] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.carry/deps/usr")
-# pip's pybind11 if this python has it; else Debian's (pybind11-dev, e.g. in .carry/deps).
-if pybind11_dir=$("$python" -m pybind11 --cmakedir 2>/dev/null); then prefix+=(-Dpybind11_DIR="$pybind11_dir"); fi
+# pybind11: as the header says (an explicit FLASH_PYBIND11_INCLUDE, pip's, Debian's or PyTorch's).
+if [[ -n ${FLASH_PYBIND11_INCLUDE:-} ]]; then
+  prefix+=(-DFLASH_PYBIND11_INCLUDE="$FLASH_PYBIND11_INCLUDE")
+elif pybind11_dir=$("$python" -m pybind11 --cmakedir 2>/dev/null); then
+  prefix+=(-Dpybind11_DIR="$pybind11_dir")
+fi
 { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix[@]}" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DPython_EXECUTABLE="$python" &&
   cmake --build "$build" -j "$(nproc)" --target flash_steps_python; } >"$out/build.log" 2>&1 ||
   fail "build" "$out/build.log"
 grep -q "Python module: .*flash_steps for" "$out/build.log" || fail "the Python module was not configured" "$out/build.log"
+grep -A1 "Python module: .*flash_steps for" "$out/build.log" | tee -a "$out/versions.txt"
 echo "build,ok,,,,$((SECONDS - start))" >>"$results"
 export PYTHONPATH="$PWD/$build/python" PYTHONDONTWRITEBYTECODE=1
 
