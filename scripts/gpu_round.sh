@@ -49,7 +49,7 @@ done
 
 if want tests; then
   echo "== GPU tests"
-  ctest --test-dir "$build" -L gpu --output-on-failure -j 1 >"$out/ctest_gpu.log" 2>&1 || fail "GPU tests" "$out/ctest_gpu.log"
+  ctest --test-dir "$build" -L gpu --output-on-failure -j 1 --timeout 300 >"$out/ctest_gpu.log" 2>&1 || fail "GPU tests" "$out/ctest_gpu.log"
   # "skipped" would mean the tests did not run on the GPU: that is a failure here.
   if grep -q "Skipped\|Not Run" "$out/ctest_gpu.log"; then fail "GPU tests were skipped" "$out/ctest_gpu.log"; fi
   note "GPU tests" "$(grep -o '[0-9]*% tests passed.*' "$out/ctest_gpu.log")"
@@ -61,7 +61,7 @@ if want perf; then
   for prog in "${gpu_programs[@]}"; do
     for d in 64 128; do
       for causal in "" --causal; do
-        "$prog" --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim $d $causal --repeat 10 --json \
+        timeout 120 "$prog" --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim $d $causal --repeat 10 --json \
           >>"$out/perf.jsonl" 2>>"$out/perf.err" || fail "perf run of $(basename "$prog")" "$out/perf.err"
       done
     done
