@@ -154,3 +154,35 @@ def test_dtype_names_the_precision_and_fp32_is_a_cpu_steps_own(step, rng):
     assert o32.dtype == lse32.dtype == np.float32
     for out, out_lse in ((o, lse), (o32, lse32)):  # None means the step's own: fp32
         assert flash_steps.check_result(q, k, v, out, out_lse, causal=True).passed
+
+
+def needed_libraries(path):
+    """The DT_NEEDED entries of a 64-bit little-endian ELF shared object."""
+    import struct
+
+    data = open(path, "rb").read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, f"{path}: not a 64-bit little-endian ELF"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = []
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 6:  # SHT_DYNAMIC
+            continue
+        strtab = sections[link][4]
+        for at in range(offset, offset + size, entsize):
+            tag, value = struct.unpack_from("<qQ", data, at)
+            if tag == 1:  # DT_NEEDED
+                names.append(data[strtab + value:data.index(b"\0", strtab + value)].decode())
+    return names
+
+
+def test_the_module_shares_the_interpreters_cpp_runtime():
+    """The compiled module loads the shared libstdc++ rather than carrying a copy of its own:
+    two C++ runtimes in one process (one in the module, one loaded by PyTorch) crash at the
+    first number formatted into a message (python/CMakeLists.txt)."""
+    import flash_steps._native as native
+
+    needed = needed_libraries(native.__file__)
+    assert any(name.startswith("libstdc++.so") for name in needed), (
+        f"{native.__file__} needs {needed}: libstdc++ linked statically")
