@@ -15,13 +15,19 @@
 #     row r: warp r / 16, row_lane r mod 4 (row(t) = 16·warp + 4·t + row_lane)
 #     S_ij[r][c]: lane = 8·row_lane + c mod 8            (columns col_lane + 8·n)
 #     O_i[r][k]:  lane = 8·row_lane + (k / 4) mod 8      (float4s 4·col_lane + 32·n)
+#   step 09: as steps 07 and 08 (the elements are 16-bit, the mapping is the same).
+#   step 10: 128 threads = 4 warps of 8 × 4 lanes, the mma's C layout; B_r = B_c = 64.
+#     row r: warp r / 16, row_lane r mod 8 (row(t) = 16·warp + 8·t + row_lane)
+#     S_ij[r][c]: lane = 4·row_lane + (c mod 8) / 2      (columns 8·(n/2) + 2·col_lane + n mod 2)
+#     O_i[r][k]:  lane = 4·row_lane + (k mod 8) / 2      (the same layout over d)
 set -euo pipefail
-step=${1:?usage: ownership.sh STEP (04 to 08)}
+step=${1:?usage: ownership.sh STEP (04 to 10)}
 
 case $step in
   04|05|06) family=warp_rows ;;
-  07|08) family=lane_tiles ;;
-  *) echo "ownership.sh: no rule for step $step (04 to 08)" >&2; exit 2 ;;
+  07|08|09) family=lane_tiles ;;
+  10) family=mma ;;
+  *) echo "ownership.sh: no rule for step $step (04 to 10)" >&2; exit 2 ;;
 esac
 
 # Which rows and columns the figure shows ("…" stands for those left out).
@@ -36,6 +42,11 @@ case $family in
     s_cols="0 1 2 3 4 5 6 7 8 9 … 31"
     o_cols="0 1 2 3 4 5 6 7 8 … 31 32 … 127"
     Br=64 Bc=32 warps=4 threads=128 ;;
+  mma)
+    rows="0 1 2 … 7 8 9 … 15 16 17 … 63"
+    s_cols="0 1 2 3 4 5 6 7 8 9 … 63"
+    o_cols="0 1 2 3 4 5 6 7 8 9 … 127"
+    Br=64 Bc=64 warps=4 threads=128 ;;
 esac
 
 case $step in
@@ -49,6 +60,10 @@ case $step in
       where="each thread: a 4 × B_c/8 tile of S_ij and 4 × d/8 of O_i (float4s) in registers" ;;
   08) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
       where="as step 7; P̃_ij also goes through shared memory (each warp its own rows)" ;;
+  09) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
+      where="as step 8, with Q_i, K_j, V_j, P̃_ij in 16 bits (bf16 or fp16) and S_ij, O_i, m_i, l_i in fp32" ;;
+  10) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
+      where="each warp: 16 rows, one mma.m16n8k16 C fragment per 8 columns; each lane: 2 rows × 2 neighbouring columns per 8" ;;
 esac
 
 awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" \
@@ -57,6 +72,7 @@ awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" 
   function warp_of(r) { return family == "warp_rows" ? r % 32 : int(r / 16) }
   function lane_of(matrix, r, c) {
     if (family == "warp_rows") return c % 32
+    if (family == "mma") return 4 * (r % 8) + int((c % 8) / 2)
     return 8 * (r % 4) + (matrix == "S" ? c % 8 : int(c / 4) % 8)
   }
   function colour(w) { return palette[w % 8 + 1] }
