@@ -1,0 +1,327 @@
+/// \file step11_feeding_tensor_cores/attention.cu
+/// \brief Step 11 — FlashAttention-2 on the tensor cores, fed: P̃_ij in registers, 32 rows a warp.
+///
+/// This step extends step 10 by keeping the tensor cores fed with fewer trips
+/// through shared memory and fewer instructions between the mmas:
+///  1. P̃_ij never leaves the registers: the C fragments of two neighbouring 16×8
+///     tiles of S_ij are, element for element, the A fragment of the 16×16 tile
+///     of P̃_ij (common/cuda/fragments.hpp), so P̃_ij V_j takes them as they lie,
+///     rounded to bf16/fp16 in pairs — no shared-memory buffer, stores, ldmatrix
+///     or __syncwarp for P̃_ij.
+///  2. A warp owns 32 rows (two 16-row mma tiles), so each K_j and V_j fragment
+///     read from shared memory feeds two mmas, and B_r = 128: each K_j, V_j
+///     tile loaded from HBM serves twice the queries.
+///  3. The softmax runs in base 2: S_ij is scaled by scale·log2(e) once, and
+///     e^x becomes one exp2 (ex2.approx); m_i is kept in that base, L in e's.
+///
+/// Run: build/bin/step11_feeding_tensor_cores --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
+///      build/bin/step11_feeding_tensor_cores --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention.hpp"
+#include "common/cuda/convert.cuh"
+#include "common/cuda/cp_async.cuh"
+#include "common/cuda/cuda_check.cuh"
+#include "common/cuda/fragments.hpp"
+#include "common/cuda/gpu_step.cuh"
+#include "common/cuda/mma.cuh"
+
+namespace step11 {
+
+namespace {
+
+constexpr int kThreads = 128;             // threads per block: 4 warps of 32 rows each
+constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kWarpSize = 32;
+constexpr int kPad = 8;                   // ld = d + 8: the 8 rows one ldmatrix matrix reads start in different banks
+constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instantiation each
+
+//! [tiles]
+// A warp is 8 × 4 lanes, the mma's C layout: lane = row_lane · 4 + col_lane
+// (groupID, threadID_in_group). The 4 lanes of a quad share a row; a thread owns 4 rows,
+// 2 in each of its warp's two 16-row mma tiles (kMTiles).
+constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 4, kMTiles = 2;
+
+/// The tiles for head dimension d: a warp's 32 rows are two mmas' M, so
+/// B_r = 4 warps · 32 = 128; B_c = 64 keys. A thread holds 4 × B_c/4 of S_ij
+/// and 4 × d/4 of O_i in fp32 registers.
+template <int d>
+struct Tiles {
+  static constexpr int Bc = d < 128 ? 64 : 32;  // d = 128: 32 keys, or S_ij and O_i overflow 255 registers
+  static constexpr int Br = kWarps * kRowLanes * kRowsPerThread;
+  static constexpr int ld = d + kPad;  // row stride of Q_i, K_j, V_j in shared memory
+  /// Shared memory: kStages × K_j, V_j (B_c, ld); Q_i (B_r, ld); 2 bytes an element.
+  static constexpr size_t smem_bytes = (size_t(2) * kStages * Bc * ld + size_t(Br) * ld) * 2;
+};
+//! [tiles]
+
+/// The largest `x` of the 8 lanes that share a row, in each of them.
+__device__ float row_max(float x) {
+  for (int offset = kColLanes / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+/// The sum of `x` over the 8 lanes that share a row, in each of them.
+__device__ float row_sum(float x) {
+  for (int offset = kColLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+using common::cuda::ldmatrix_x4;
+using common::cuda::mma_m16n8k16;
+using common::mma::RowCol;
+
+//! [load tile]
+/// Starts loading rows row0 … row0 + B − 1 of an (n_rows, d) matrix in HBM into a
+/// (B, ld) tile in SRAM, 16 bytes (8 elements) per cp.async: the copies land in the
+/// background, without passing through registers. Rows past n_rows become zeros.
+template <int d, class T>
+__device__ void load_tile(T* tile, const T* matrix, int row0, int B, int n_rows) {
+  constexpr int ld = Tiles<d>::ld;
+#pragma unroll
+  for (int e = threadIdx.x; e < B * d / 8; e += kThreads) {
+    const int r = e / (d / 8), k = 8 * (e % (d / 8));
+    const bool inside = row0 + r < n_rows;  // a zero-filling copy reads nothing, but needs a valid address
+    common::cuda::cp_async_16(tile + r * ld + k, matrix + size_t(inside ? row0 + r : 0) * d + k, inside);
+  }
+}
+//! [load tile]
+
+/// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
+//! [kernel]
+template <class T, int d>  // T: __nv_bfloat16 or __half
+__global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
+    attention_kernel(const T* __restrict__ Q_all, const T* __restrict__ K_all,
+                     const T* __restrict__ V_all, T* __restrict__ O_all, float* __restrict__ L_all,
+                     int n_q, int n_kv, int batch_heads, float scale, bool causal) {
+  constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld;
+  // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
+  constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = d / kColLanes;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
+  const auto row = [&](int t) { return warp * kRowLanes * kRows + t * kRowLanes + row_lane; };
+  const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
+  // The rows and columns each lane addresses for ldmatrix: A (Q_i) and .trans B (V_j); B from K_j.
+  const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
+  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const float scale_log2 = scale * 1.4426950408889634f;  // scale · log2(e): S_ij in base 2
+
+  // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
+  const size_t bh = blockIdx.x % batch_heads;
+  const auto Q = Q_all + bh * n_q * d;
+  const auto K = K_all + bh * n_kv * d;
+  const auto V = V_all + bh * n_kv * d;
+  const auto O = O_all + bh * n_q * d;
+  const auto L = L_all + bh * n_q;
+
+  //! [shared memory]
+  extern __shared__ __align__(16) unsigned char smem_bytes[];  // the block's dynamic shared memory
+  const auto smem = reinterpret_cast<T*>(smem_bytes);
+  auto Kbuf = smem;                      // kStages × K_j: (B_c, d), row stride ld, in shared memory
+  auto Vbuf = Kbuf + kStages * Bc * ld;  // kStages × V_j: (B_c, d), row stride ld
+  auto Qi = Vbuf + kStages * Bc * ld;    // Q_i: (B_r, d), row stride ld
+  //! [shared memory]
+  //! [registers]
+  float Oi[kRows][kOCols];    // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
+  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col(n)
+  float mi[kRows], li[kRows];       // m_i (base 2), l_i of the thread's rows (the same in the row's 4 lanes)
+  //! [registers]
+
+  //! [algorithm 1]
+  // Line 3: query tiles, in parallel: T_r blocks per (b, h), the longest causal tiles of
+  // every head first; with this grid each block takes one tile and the loop runs once.
+  for (int i = Tr - 1 - int(blockIdx.x) / batch_heads; i >= 0; i -= int(gridDim.x) / batch_heads) {
+    const int q0 = i * Br, rows = min(Br, n_q - q0);
+    // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
+    const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
+    // Lines 4–5: load Q_i from HBM to SRAM, with K_0, V_0 (stage 0) in one group of
+    // copies; O_i = 0, l_i = 0, m_i = −∞ in registers.
+    load_tile<d>(Qi, Q, q0, Br, n_q);
+    load_tile<d>(Kbuf, K, 0, Bc, n_kv);
+    load_tile<d>(Vbuf, V, 0, Bc, n_kv);
+    common::cuda::cp_async_commit();
+#pragma unroll
+    for (int t = 0; t < kRows; ++t) {
+#pragma unroll
+      for (int n = 0; n < kOCols; ++n) Oi[t][n] = 0.0f;
+      li[t] = 0.0f;
+      mi[t] = -INFINITY;
+    }
+    for (int j = 0; j < Tc; ++j) {  // line 6: K/V tiles, the inner loop
+      const int kv0 = j * Bc, cols = min(Bc, n_kv - kv0);  // the last tile may be short
+      const T* Kj = Kbuf + (j % kStages) * Bc * ld;  // K_j, V_j: this tile's stage
+      const T* Vj = Vbuf + (j % kStages) * Bc * ld;
+      if (j + 1 < Tc) {  // line 7 for tile j + 1, into the stage that tile j − 1 is done with
+        load_tile<d>(Kbuf + ((j + 1) % kStages) * Bc * ld, K, kv0 + Bc, Bc, n_kv);
+        load_tile<d>(Vbuf + ((j + 1) % kStages) * Bc * ld, V, kv0 + Bc, Bc, n_kv);
+        common::cuda::cp_async_commit();
+        common::cuda::cp_async_wait<1>();  // all groups but the newest have landed: tile j
+      } else {
+        common::cuda::cp_async_wait<0>();
+      }
+      __syncthreads();  // every thread's copies of tile j have landed before anyone reads them
+
+      // Line 8: S_ij = scale · Q_i K_jᵀ on the tensor cores: per 16 of d, one ldmatrix
+      // of each of the warp's two 16-row tiles of Q_i (A), and per 16 keys one of K_j
+      // (B of two 8-key mmas), used by both tiles: 4 mmas per K_j fragment.
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) {
+#pragma unroll
+        for (int n = 0; n < kSCols; ++n) Sij[t][n] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < d; k += 16) {
+        uint32_t q[kMTiles][4];
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) ldmatrix_x4(q[m], Qi + (warp * 32 + 16 * m + a_at.row) * ld + k + a_at.col);
+#pragma unroll
+        for (int n = 0; n < kSCols; n += 4) {  // keys 4n … 4n + 15: this thread's columns n … n + 3
+          uint32_t kb[4];
+          ldmatrix_x4(kb, Kj + (4 * n + k_at.row) * ld + k + k_at.col);
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m) {  // rows row(2m), row(2m + 1): tile m's C fragment
+            float* s0 = Sij[2 * m];
+            float* s1 = Sij[2 * m + 1];
+            mma_m16n8k16<T>(s0[n], s0[n + 1], s1[n], s1[n + 1], q[m], kb[0], kb[1]);
+            mma_m16n8k16<T>(s0[n + 2], s0[n + 3], s1[n + 2], s1[n + 3], q[m], kb[2], kb[3]);
+          }
+        }
+      }
+      // Hidden entries (past N_kv, or above the causal diagonal) are −∞. Only a tile
+      // that crosses the diagonal or the end of K has any; rows past N_q are never stored.
+      const bool masked = kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0);
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) {
+#pragma unroll
+        for (int n = 0; n < kSCols; ++n) {
+          const int r = row(t), c = col(n);
+          const bool visible = !masked || (c < cols && !(causal && kv0 + c > q0 + r));
+          Sij[t][n] = visible ? scale_log2 * Sij[t][n] : -INFINITY;
+        }
+      }
+
+      // Line 9, 4 lanes per row, in base 2: m_new = max(m_i, rowmax(S_ij)), P̃_ij = 2^(S_ij − m_new)
+      // in place, l_i ← 2^(m_i − m_new) l_i + rowsum(P̃_ij); and O_i's rescale by 2^(m_i − m_new).
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) {
+        float m_tilde = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kSCols; ++n) m_tilde = fmaxf(m_tilde, Sij[t][n]);
+        m_tilde = row_max(m_tilde);
+        // Every row sees key 0 in tile j = 0, so m_new is finite from then on.
+        const float m_new = fmaxf(mi[t], m_tilde);
+        float l_tilde = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kSCols; ++n) {
+          Sij[t][n] = exp2f(Sij[t][n] - m_new);  // hidden entries: 2^−∞ = 0
+          l_tilde += Sij[t][n];
+        }
+        {  // in every lane: each keeps the row's m_i and its own part of l_i
+          const float alpha = exp2f(mi[t] - m_new);  // FA2's only rescale; 0 in tile 0 (m_i = −∞)
+          li[t] = alpha * li[t] + l_tilde;
+          mi[t] = m_new;
+#pragma unroll
+          for (int n = 0; n < kOCols; ++n) Oi[t][n] *= alpha;
+        }
+      }
+
+      // Line 10: O_i ← O_i + P̃_ij V_j, no division, on the tensor cores. Per 16 keys c … c + 15,
+      // a thread's 4 columns of P̃_ij among them, rows row(2m) and row(2m + 1), rounded to T in
+      // pairs, are tile m's A fragment (fragments.hpp); per 16 of d one ldmatrix of V_j,
+      // transposed (B), used by both tiles.
+#pragma unroll
+      for (int c = 0; c < Bc; c += 16) {
+        const int n0 = c / kColLanes;  // this thread's first column index among keys c … c + 15
+        uint32_t p[kMTiles][4];
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          const float* s0 = Sij[2 * m];
+          const float* s1 = Sij[2 * m + 1];
+          p[m][0] = common::cuda::pack2<T>(s0[n0], s0[n0 + 1]);
+          p[m][1] = common::cuda::pack2<T>(s1[n0], s1[n0 + 1]);
+          p[m][2] = common::cuda::pack2<T>(s0[n0 + 2], s0[n0 + 3]);
+          p[m][3] = common::cuda::pack2<T>(s1[n0 + 2], s1[n0 + 3]);
+        }
+#pragma unroll
+        for (int n = 0; n < kOCols; n += 4) {  // columns 4n … 4n + 15 of O_i
+          uint32_t v[4];
+          common::cuda::ldmatrix_x4_trans(v, Vj + (c + a_at.row) * ld + 4 * n + a_at.col);
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m) {
+            float* o0 = Oi[2 * m];
+            float* o1 = Oi[2 * m + 1];
+            mma_m16n8k16<T>(o0[n], o0[n + 1], o1[n], o1[n + 1], p[m], v[0], v[1]);
+            mma_m16n8k16<T>(o0[n + 2], o0[n + 3], o1[n + 2], o1[n + 3], p[m], v[2], v[3]);
+          }
+        }
+      }
+      // Iteration j + 1 loads tile j + 2 over this stage: every warp must have
+      // finished reading it.
+      __syncthreads();
+    }
+    // Lines 12–14: O_i ← diag(l_i)⁻¹ O_i and L_i = m_i + log l_i, each written to HBM once.
+#pragma unroll
+    for (int t = 0; t < kRows; ++t) {
+      const int r = row(t);
+      const float l_row = row_sum(li[t]);  // the 4 lanes' parts of l_i, added once
+      if (r >= rows) continue;  // a row past the tile: never stored
+#pragma unroll
+      for (int n = 0; n < kOCols; n += 2) {  // two neighbouring columns, rounded to T, in one 4-byte store
+        *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
+            common::cuda::pack2<T>(Oi[t][n] / l_row, Oi[t][n + 1] / l_row);
+      }
+      if (col_lane == 0) L[q0 + r] = mi[t] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+    }
+  }
+  //! [algorithm 1]
+}
+//! [kernel]
+
+//! [launch]
+/// Launches the kernel for element type T and head dimension d: one block of
+/// kThreads threads per (query tile, batch·head) on a 1-D grid (any B·H fits),
+/// the shared memory of Tiles<d> (raised above the default 48 KB).
+template <class T, int d>
+void launch(const common::DeviceArgs& a) {
+  const common::Shape& shape = a.shape;
+  const dim3 grid(unsigned((shape.seq_q + Tiles<d>::Br - 1) / Tiles<d>::Br * shape.batch_heads())), block(kThreads);
+  const size_t shared_bytes = Tiles<d>::smem_bytes;
+  CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  attention_kernel<T, d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
+      a.q_as<T>(), a.k_as<T>(), a.v_as<T>(), a.o_as<T>(), a.lse, int(shape.seq_q),
+      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+  CUDA_CHECK_LAUNCH();
+}
+//! [launch]
+
+/// The tiles and the compiler's resources of the kernel for head dimension d (bf16; fp16's are the same).
+template <int d>
+common::Figures resources() {
+  return common::cuda::kernel_resources(attention_kernel<__nv_bfloat16, d>, kThreads, Tiles<d>::smem_bytes,
+                                        {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br}});
+}
+
+}  // namespace
+
+common::StepInfo describe() {
+  common::GpuKernel kernel;
+  kernel.launch = [](const common::DeviceArgs& a) {
+    HeadDims::dispatch(a.shape.head_dim, [&](auto d) {
+      if (a.precision == common::Precision::fp16) launch<__half, d()>(a); else launch<__nv_bfloat16, d()>(a);
+    });
+  };
+  kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
+  return common::cuda::gpu_step(
+      "step11_feeding_tensor_cores",
+      "FlashAttention-2 on the tensor cores, fed: P~_ij stays in registers, 32 rows a warp, softmax in base 2",
+      HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
+}
+
+common::Result attention_forward(const common::Problem& problem, const common::Options& options) {
+  return describe().forward(problem, options);
+}
+
+}  // namespace step11
