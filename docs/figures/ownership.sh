@@ -20,14 +20,16 @@
 #     row r: warp r / 16, row_lane r mod 8 (row(t) = 16·warp + 8·t + row_lane)
 #     S_ij[r][c]: lane = 4·row_lane + (c mod 8) / 2      (columns 8·(n/2) + 2·col_lane + n mod 2)
 #     O_i[r][k]:  lane = 4·row_lane + (k mod 8) / 2      (the same layout over d)
+#   step 11: as step 10 with 32 rows a warp (two 16-row mma tiles); B_r = 128, B_c = 32 at d = 128.
+#     row r: warp r / 32, row_lane r mod 8 (row(t) = 32·warp + 8·t + row_lane, t = 0..3)
 set -euo pipefail
-step=${1:?usage: ownership.sh STEP (04 to 10)}
+step=${1:?usage: ownership.sh STEP (04 to 11)}
 
 case $step in
   04|05|06) family=warp_rows ;;
   07|08|09) family=lane_tiles ;;
-  10) family=mma ;;
-  *) echo "ownership.sh: no rule for step $step (04 to 10)" >&2; exit 2 ;;
+  10|11) family=mma ;;
+  *) echo "ownership.sh: no rule for step $step (04 to 11)" >&2; exit 2 ;;
 esac
 
 # Which rows and columns the figure shows ("…" stands for those left out).
@@ -46,7 +48,12 @@ case $family in
     rows="0 1 2 … 7 8 9 … 15 16 17 … 63"
     s_cols="0 1 2 3 4 5 6 7 8 9 … 63"
     o_cols="0 1 2 3 4 5 6 7 8 9 … 127"
-    Br=64 Bc=64 warps=4 threads=128 ;;
+    Br=64 Bc=64 warps=4 threads=128 rows_per_warp=16
+    if [[ $step == 11 ]]; then
+      rows="0 1 … 7 8 … 15 16 … 31 32 33 … 127"
+      s_cols="0 1 2 3 4 5 6 7 8 9 … 31"
+      Br=128 Bc=32 rows_per_warp=32
+    fi ;;
 esac
 
 case $step in
@@ -64,12 +71,14 @@ case $step in
       where="as step 8, with Q_i, K_j, V_j, P̃_ij in 16 bits (bf16 or fp16) and S_ij, O_i, m_i, l_i in fp32" ;;
   10) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
       where="each warp: 16 rows, one mma.m16n8k16 C fragment per 8 columns; each lane: 2 rows × 2 neighbouring columns per 8" ;;
+  11) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
+      where="each warp: 32 rows, two mma tiles of 16; each lane: 4 rows × 2 neighbouring columns per 8; P̃_ij stays in these registers" ;;
 esac
 
 awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" \
     -v Br="$Br" -v Bc="$Bc" -v warps="$warps" -v threads="$threads" \
-    -v blocks="$blocks" -v where="$where" -v step="$step" '
-  function warp_of(r) { return family == "warp_rows" ? r % 32 : int(r / 16) }
+    -v blocks="$blocks" -v where="$where" -v step="$step" -v rows_per_warp="${rows_per_warp:-16}" '
+  function warp_of(r) { return family == "warp_rows" ? r % 32 : family == "mma" ? int(r / rows_per_warp) : int(r / 16) }
   function lane_of(matrix, r, c) {
     if (family == "warp_rows") return c % 32
     if (family == "mma") return 4 * (r % 8) + int((c % 8) / 2)
