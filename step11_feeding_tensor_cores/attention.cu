@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       }
       __syncthreads();  // every thread's copies of tile j have landed before anyone reads them
 
+      //! [two tiles a warp]
       // Line 8: S_ij = scale · Q_i K_jᵀ on the tensor cores: per 16 of d, one ldmatrix
       // of each of the warp's two 16-row tiles of Q_i (A), and per 16 keys one of K_j
       // (B of two 8-key mmas), used by both tiles: 4 mmas per K_j fragment.
@@ -190,6 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
           }
         }
       }
+      //! [two tiles a warp]
       // Hidden entries (past N_kv, or above the causal diagonal) are −∞. Only a tile
       // that crosses the diagonal or the end of K has any; rows past N_q are never stored.
       const bool masked = kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0);
@@ -228,6 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         }
       }
 
+      //! [P in registers]
       // Line 10: O_i ← O_i + P̃_ij V_j, no division, on the tensor cores. Per 16 keys c … c + 15,
       // a thread's 4 columns of P̃_ij among them, rows row(2m) and row(2m + 1), rounded to T in
       // pairs, are tile m's A fragment (fragments.hpp); per 16 of d one ldmatrix of V_j,
@@ -258,6 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
           }
         }
       }
+      //! [P in registers]
       // Iteration j + 1 loads tile j + 2 over this stage: every warp must have
       // finished reading it.
       __syncthreads();
