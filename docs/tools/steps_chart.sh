@@ -6,8 +6,9 @@
 # heads, seq_q, seq_kv, head_dim, causal, ..., tflops; one row per step and mask,
 # written by scripts/gpu_round.sh), so a step appears as soon as its rows do.
 # Baselines: every row of any other CSV in docs/results whose kernel/step is not
-# a step (cublas_standard, torch_sdpa_*) measured on the same GPU and problem
-# (B, H, N, d); where several files have one, the newest file's. Writes
+# a step (cublas_standard, torch_sdpa_*, sdpa_* of check_pytorch.py in bf16/fp16,
+# named with their dtype) measured on the same GPU and problem (B, H, N, d); where
+# several files have one, the newest file's. Writes
 #   OUTDIR/steps_tflops.svg   the chart (gnuplot; the legend outside the plot)
 #   OUTDIR/steps_chart.md     the \image line and where each bar comes from
 set -euo pipefail
@@ -42,20 +43,28 @@ if [[ ! -s "$tmp/steps" ]]; then
 fi
 problem=$(cut -f4 "$tmp/steps" | sort -u | head -1)
 
+# The precisions the steps ran in (gpu_steps' dtype column; fp32 without one): a
+# baseline in another precision (fp16 when no step ran in fp16) is left out.
+dtypes=" $(awk -F',' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print (c["dtype"] ? $c["dtype"] : "fp32") }' "$steps_csv" | sort -u | tr '\n' ' ')"
+
 # Baselines on the same problem, newest file first.
 : > "$tmp/base"
 for csv in $(ls "$results"/*.csv | sort -r); do
   [[ "$csv" == "$steps_csv" ]] && continue
-  awk -F',' -v file="$(basename "$csv")" -v want="$problem" '
+  awk -F',' -v file="$(basename "$csv")" -v want="$problem" -v dtypes="$dtypes" '
     { sub(/\r$/, "") }
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i
-              k = c["kernel"] ? c["kernel"] : c["step"]; q = c["seq_q"] ? c["seq_q"] : c["seq"]
+              k = c["kernel"] ? c["kernel"] : c["step"]
+              q = c["seq_q"] ? c["seq_q"] : c["seq"] ? c["seq"] : c["N"]
               kv = c["seq_kv"] ? c["seq_kv"] : q
-              ok = k && q && c["gpu"] && c["batch"] && c["heads"] && c["head_dim"] && c["causal"] && c["tflops"]
+              hd = c["head_dim"] ? c["head_dim"] : c["d"]
+              ok = k && q && hd && c["gpu"] && c["batch"] && c["heads"] && c["causal"] && c["tflops"]
               next }
-    ok && $c["tflops"] != "" && $k !~ /^step[0-9]/ {
-      key = $c["gpu"] "|" $c["batch"] "|" $c["heads"] "|" $q "|" $kv "|" $c["head_dim"]
-      if (key == want) print $k "\t" $c["causal"] "\t" $c["tflops"] "\t" key "\t" file }' "$csv" >> "$tmp/base"
+    ok && $c["tflops"] != "" && $k !~ /^step[0-9]/ && (!c["dtype"] || index(dtypes, " " $c["dtype"] " ")) {
+      key = $c["gpu"] "|" $c["batch"] "|" $c["heads"] "|" $q "|" $kv "|" $hd
+      # A baseline in bf16 or fp16 (check_pytorch.py --dtype) is named with its dtype.
+      name = $k (c["dtype"] && $c["dtype"] != "fp32" ? " (" $c["dtype"] ")" : "")
+      if (key == want) print name "\t" $c["causal"] "\t" $c["tflops"] "\t" key "\t" file }' "$csv" >> "$tmp/base"
 done
 # One file per baseline: the first (newest) that has it.
 awk -F'\t' '!($1 in file) { file[$1] = $5 } $5 == file[$1]' "$tmp/base" > "$tmp/base1"
