@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
                      const T* __restrict__ V_all, T* __restrict__ O_all, float* __restrict__ L_all,
                      int n_q, int n_kv, int batch_heads, float scale, bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld, ld_p = Tiles<d>::ld_p;
+  //! [fragments]
   // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
   constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = d / kColLanes;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -105,6 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
   // The rows and columns each lane addresses for ldmatrix: A (Q_i, P̃_ij) and .trans B (V_j); B from K_j.
   const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
+  //! [fragments]
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       }
       __syncthreads();  // every thread's copies of tile j have landed before anyone reads them
 
+      //! [mma S_ij]
       // Line 8: S_ij = scale · Q_i K_jᵀ on the tensor cores: per 16 of d, one ldmatrix
       // of the warp's 16 rows of Q_i (A), and per 16 keys one of K_j (B of two 8-key mmas).
 #pragma unroll
@@ -182,6 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
           mma_m16n8k16<T>(Sij[0][n + 2], Sij[0][n + 3], Sij[1][n + 2], Sij[1][n + 3], q, kb[2], kb[3]);
         }
       }
+      //! [mma S_ij]
       // Hidden entries (past N_kv, or above the causal diagonal) are −∞. Only a tile
       // that crosses the diagonal or the end of K has any; rows past N_q are never stored.
       const bool masked = kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0);
@@ -225,6 +229,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       // they must have landed in shared memory (only this warp's rows).
       __syncwarp();
 
+      //! [mma PV]
       // Line 10: O_i ← O_i + P̃_ij V_j, no division, on the tensor cores: per 16 keys, one
       // ldmatrix of the warp's P̃_ij rows (A), and per 16 of d one of V_j, transposed (B).
 #pragma unroll
@@ -239,10 +244,12 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
           mma_m16n8k16<T>(Oi[0][n + 2], Oi[0][n + 3], Oi[1][n + 2], Oi[1][n + 3], p, v[2], v[3]);
         }
       }
+      //! [mma PV]
       // Iteration j + 1 loads tile j + 2 over this stage and rewrites P̃_ij:
       // every warp must have finished reading both.
       __syncthreads();
     }
+    //! [store O]
     // Lines 12–14: O_i ← diag(l_i)⁻¹ O_i and L_i = m_i + log l_i, each written to HBM once.
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
@@ -256,6 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       }
       if (col_lane == 0) L[q0 + r] = mi[t] + logf(l_row);
     }
+    //! [store O]
   }
   //! [algorithm 1]
 }
