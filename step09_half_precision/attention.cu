@@ -54,13 +54,13 @@ struct Tiles {
 };
 //! [tiles]
 
-/// The largest `x` of the 8 lanes that share a row, in each of them.
+/// The largest `x` of the kColLanes lanes that share a row, in each of them.
 __device__ float row_max(float x) {
   for (int offset = kColLanes / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 
-/// The sum of `x` over the 8 lanes that share a row, in each of them.
+/// The sum of `x` over the kColLanes lanes that share a row, in each of them.
 __device__ float row_sum(float x) {
   for (int offset = kColLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
