@@ -55,11 +55,16 @@ if(NOT status EQUAL 0 OR after STREQUAL before)
 endif()
 
 # The same lines, in a namespace of their own (line numbers in reports stay those of the patched file).
+# describe() comes before attention_forward() in attention.cpp, so its lambda would find
+# step03::attention_forward, the unplanted kernel, from the header: the namespace's first
+# line declares the planted one, on the same line so that no line number moves.
 string(REGEX MATCHALL "\nnamespace step03 {\n" opening "${after}")
 list(LENGTH opening n)
 if(NOT n EQUAL 1)
   file(REMOVE ${OUT})
   message(FATAL_ERROR "plant.cmake: expected one line `namespace step03 {` in attention.cpp, found ${n}")
 endif()
-string(REPLACE "\nnamespace step03 {\n" "\nnamespace step03::bugs::${BUG} {\n" after "${after}")
+string(REPLACE "\nnamespace step03 {\n"
+  "\nnamespace step03::bugs::${BUG} { common::Result attention_forward(const common::Problem&, const common::Options&);\n"
+  after "${after}")
 file(WRITE ${OUT} "${after}")
