@@ -40,6 +40,8 @@
 #                text after MathJax ran
 #   [figures]    an image or SVG figure with no size on the page
 #   [exercises]  a step page without a heading containing "Exercises"
+#   [standard]   a step page without a figure, without rendered math, or without a
+#                sample run (the run blocks' links to docs/results/runs/NAME.txt)
 #   [open]       a page Chromium cannot read, or that shows no title
 #   [readme]     a step's README.md with a raw "\snippet" line (what GitHub shows
 #                instead of the code)

@@ -238,6 +238,14 @@ def check_page(name, page, step_page):
     # exercises: every step page has a section of exercises.
     if step_page and not any('Exercises' in h for h in page['headings']):
         say('exercises', 'no section whose heading contains "Exercises"')
+    # standard: every step page has a figure, rendered math and a real run's output.
+    if step_page:
+        if not any(o['src'].split('?')[0].endswith('.svg') for o in page['objects']):
+            say('standard', 'no figure (a <!-- figure: NAME "caption" --> line)')
+        if page['math_rendered'] == 0:
+            say('standard', 'no rendered formula')
+        if not any(re.search(r'/runs/[A-Za-z0-9_]+\.txt$', l['href']) for l in page['links']):
+            say('standard', 'no sample run (a <!-- run: NAME --> block)')
     return problems
 
 
