@@ -100,6 +100,15 @@ float round_to(Precision precision, float x) {
   return x;
 }
 
+double unit_roundoff(Precision precision) {
+  switch (precision) {
+    case Precision::bf16: return std::ldexp(1.0, -8);    // 8 significant bits
+    case Precision::fp16: return std::ldexp(1.0, -11);   // 11
+    case Precision::fp32: break;
+  }
+  return std::ldexp(1.0, -24);  // 24
+}
+
 namespace {
 
 void round_tensor(std::vector<float>& data, Precision precision, const Shape& shape, int64_t seq,

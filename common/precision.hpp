@@ -46,6 +46,10 @@ float from_fp16_bits(uint16_t bits);
 /// `x` rounded to `precision` and widened back to float (fp32: `x` itself).
 float round_to(Precision precision, float x);
 
+/// The unit roundoff u of `precision`: rounding to nearest moves x by at most
+/// u·|x| (2^-24 for fp32, 2^-8 for bf16, 2^-11 for fp16; normal numbers).
+double unit_roundoff(Precision precision);
+
 struct Problem;
 
 /// `problem` with Q, K and V rounded to `precision`: the inputs a kernel that

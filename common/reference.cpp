@@ -140,9 +140,8 @@ double tolerance_floor_o(const Reference& ref, Precision precision) {
   if (precision == Precision::fp32) return kToleranceFloor;
   double largest = 0;
   for (double x : ref.o) largest = std::max(largest, std::abs(x));
-  // The unit roundoff u (2^-8 for bf16, 2^-11 for fp16): rounding x moves it by at most u·|x|.
-  const double u = precision == Precision::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  return std::max(kToleranceFloor, u / 2 * largest);
+  // Rounding x to `precision` moves it by at most u·|x|.
+  return std::max(kToleranceFloor, unit_roundoff(precision) / 2 * largest);
 }
 
 namespace {

@@ -52,7 +52,7 @@ done
 have_gpu=0
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && have_gpu=1
 
-for prog in "${cpu_steps[@]}" "${gpu_steps[@]}" tour cpu_bench gpu_bench; do
+for prog in "${cpu_steps[@]}" "${gpu_steps[@]}" tour cpu_bench gpu_bench precision_errors; do
   [[ -x $bin/$prog ]] || continue
   expect 0 "$prog" --help
   expect 2 "$prog" --bogus
@@ -140,6 +140,11 @@ expect 2 tour --head-dim 0
 for bad in "--repeat 3x" "--repeat 0" "--heads 4x" "--max-seq -5" "--csv ''" "--csv $tmp/nodir/x.csv"; do
   eval "expect 2 cpu_bench $bad"
 done
+for bad in "--heads 0" "--heads 65" "--max-seq 100" "--max-seq 8192" "--seed -1" "--csv ''" "--csv $tmp/nodir/x.csv"; do
+  eval "expect 2 precision_errors $bad"
+done
+expect 0 precision_errors --max-seq 256 --csv "$tmp/p.csv"
+[[ $(wc -l <"$tmp/p.csv") -eq 13 ]] || fail "precision_errors --max-seq 256 wrote $(wc -l <"$tmp/p.csv") CSV lines, expected 13"
 
 # Without a GPU the GPU programs say so in one line and exit 2.
 if [[ $have_gpu -eq 0 ]]; then
