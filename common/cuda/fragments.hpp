@@ -25,6 +25,8 @@
 /// of the 16×16 tile of P̃ they form — P̃ goes from one mma to the next without
 /// leaving the registers.
 ///
+/// Hopper's warpgroup MMA repeats these layouts once per warp: wgmma.hpp.
+///
 /// Header-only, no CUDA types: the same functions compile for the GPU (nvcc)
 /// and for the CPU tests.
 #pragma once
