@@ -77,6 +77,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     common::check_writable(csv_path);
+    // About 9 ns per head and unit of N^2 * d on one core of the machine the page ran on
+    // (the default run, H = 1 up to N = 4096, takes about a minute there).
+    double seconds = 0;
+    for (int64_t n : {256, 1024, 4096}) {
+      if (n <= max_seq) seconds += 9e-9 * double(heads) * double(n) * double(n) * (64 + 128) * 2;
+    }
+    if (seconds > 10) std::cerr << "precision_errors: this will take about " << common::format_duration(seconds) << "\n";
 
     std::ostringstream csv;
     csv << "precision,batch,heads,seq,head_dim,causal,unit_roundoff,max_abs_v,max_abs_o,err_o,bound_o,tol_o,"
