@@ -26,7 +26,8 @@ enum class Rounding {
 // before P·V, fp32 accumulation, O rounded at the end; L stays fp32.
 template <class T>
 void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse,
-                        Rounding rounding = Rounding::kPlain, Precision low = Precision::fp32) {
+                        Rounding rounding = Rounding::kPlain, Precision low = Precision::fp32,
+                        double* max_abs_s = nullptr) {
   const Shape& s = p.shape;
   const int64_t d = s.head_dim;
   const T scale = T(p.scale);
@@ -55,6 +56,7 @@ void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse
           scores[j] = scale * dot;
         }
         m = std::max(m, scores[j]);
+        if (max_abs_s) *max_abs_s = std::max(*max_abs_s, std::abs(double(scores[j])));
       }
       T l = 0;
       for (int64_t j = 0; j < visible; ++j) {
@@ -88,7 +90,8 @@ double max_abs_diff(const std::vector<float>& got, const std::vector<double>& wa
 Reference reference_attention(const Problem& problem) {
   validate(problem);
   Reference ref;
-  standard_attention<double>(problem, ref.o, ref.lse);
+  standard_attention<double>(problem, ref.o, ref.lse, Rounding::kPlain, Precision::fp32, &ref.max_abs_s);
+  for (const float x : problem.v) ref.max_abs_v = std::max(ref.max_abs_v, std::abs(double(x)));
   return ref;
 }
 
@@ -131,17 +134,35 @@ Errors baseline_errors(const Problem& problem, const Reference& ref, Precision p
   return worst;
 }
 
+namespace {
+
+// The rule itself: twice the baseline's errors, plus the floors.
+Tolerance tolerance_from(const Errors& base, const Reference& ref, Precision precision) {
+  return Tolerance{2 * base.max_err_o + tolerance_floor_o(ref, precision),
+                   2 * base.max_err_lse + tolerance_floor_lse(ref)};
+}
+
+}  // namespace
+
 Tolerance tolerance_for(const Problem& problem, const Reference& ref, Precision precision) {
-  const Errors base = baseline_errors(problem, ref, precision);
-  return Tolerance{2 * base.max_err_o + tolerance_floor_o(ref, precision), 2 * base.max_err_lse + kToleranceFloor};
+  return tolerance_from(baseline_errors(problem, ref, precision), ref, precision);
 }
 
 double tolerance_floor_o(const Reference& ref, Precision precision) {
-  if (precision == Precision::fp32) return kToleranceFloor;
+  // Storing two nearly tied scores in fp32 moves their difference by up to 2·u·max|S|,
+  // and the row of O they decide, (P_1 − P_2)/2 · (v_1 − v_2), by up to u·max|S|·max|V|.
+  double floor =
+      std::max(kToleranceFloor, unit_roundoff(Precision::fp32) / 2 * ref.max_abs_s * ref.max_abs_v);
+  if (precision == Precision::fp32) return floor;
   double largest = 0;
   for (double x : ref.o) largest = std::max(largest, std::abs(x));
   // Rounding x to `precision` moves it by at most u·|x|.
-  return std::max(kToleranceFloor, unit_roundoff(precision) / 2 * largest);
+  return std::max(floor, unit_roundoff(precision) / 2 * largest);
+}
+
+double tolerance_floor_lse(const Reference& ref) {
+  // Storing the scores in fp32 moves L = m + log Σ exp(s − m) by up to u·max|S|.
+  return std::max(kToleranceFloor, unit_roundoff(Precision::fp32) / 2 * ref.max_abs_s);
 }
 
 namespace {
@@ -152,8 +173,7 @@ Verdict judge(const Problem& problem, const Result& result, Precision precision)
   Verdict v;
   v.errors = max_errors(result, ref);
   v.baseline = baseline_errors(problem, ref, precision);
-  v.tolerance = Tolerance{2 * v.baseline.max_err_o + tolerance_floor_o(ref, precision),
-                          2 * v.baseline.max_err_lse + kToleranceFloor};
+  v.tolerance = tolerance_from(v.baseline, ref, precision);
   int64_t nonfinite = 0;
   for (float x : result.o) nonfinite += std::isfinite(x) ? 0 : 1;
   for (float x : result.lse) nonfinite += std::isfinite(x) ? 0 : 1;

@@ -107,6 +107,50 @@ TEST_CASE("tolerance rule: fp32 standard attention passes, a perturbed or unwrit
   CHECK_FALSE(check_result(p, partly).passed);
 }
 
+TEST_CASE("tolerance floor: 1e-6 for scores of size 1; at scores of size 1e3, half of what rounding two tied scores costs") {
+  // Scores of order 1: the floors are 1e-6, the rule as strict as ever.
+  const Problem small = make_random_problem(Shape{1, 2, 33, 47, 32}, false, std::nullopt, 11);
+  const Reference small_ref = reference_attention(small);
+  CHECK(small_ref.max_abs_s < 5);
+  CHECK(small_ref.max_abs_v <= 1);
+  CHECK(tolerance_floor_o(small_ref, Precision::fp32) == kToleranceFloor);
+  CHECK(tolerance_floor_lse(small_ref) == kToleranceFloor);
+
+  // Scores of size 1e3: u/2 · max|S| · max|V| for O, u/2 · max|S| for L (u = 2^-24).
+  const ConformanceCase c{"big", Shape{1, 2, 100, 100, 64}, false, std::nullopt, 1e3};
+  const Problem big = make_problem(c, 7);
+  const Reference ref = reference_attention(big);
+  double max_s = 0, max_v = 0;
+  for (int64_t bh = 0; bh < 2; ++bh) {
+    for (int64_t i = 0; i < 100; ++i) {
+      for (int64_t j = 0; j < 100; ++j) {
+        double dot = 0;
+        for (int64_t c2 = 0; c2 < 64; ++c2) dot += double(big.q[(bh * 100 + i) * 64 + c2]) * big.k[(bh * 100 + j) * 64 + c2];
+        max_s = std::max(max_s, std::abs(double(big.scale) * dot));
+      }
+    }
+  }
+  for (float x : big.v) max_v = std::max(max_v, std::abs(double(x)));
+  CHECK(ref.max_abs_s == doctest::Approx(max_s).epsilon(1e-12));
+  CHECK(ref.max_abs_v == max_v);
+  const double u = std::ldexp(1.0, -24);
+  CHECK(tolerance_floor_o(ref, Precision::fp32) == doctest::Approx(u / 2 * max_s * max_v));
+  CHECK(tolerance_floor_lse(ref) == doctest::Approx(u / 2 * max_s));
+  CHECK(tolerance_floor_o(ref, Precision::fp32) > 1e-5);  // the scores really are large
+
+  CHECK(tolerance_floor_o(ref, Precision::fp32) < 2e-4);
+
+  // Correct fp32 attention passes there. With these scores the doubled baseline error
+  // alone is 5e-5 to 1e-3 from input to input; where it is small (seed 8), a tail-tile
+  // bug's 1e-3 fails.
+  CHECK(check_result(big, standard_attention_fp32(big)).passed);
+  const Problem big8 = make_problem(c, 8);
+  Result r = standard_attention_fp32(big8);
+  CHECK(check_result(big8, r).passed);
+  r.o[4321] += 1e-3f;
+  CHECK_FALSE(check_result(big8, r).passed);
+}
+
 TEST_CASE("inputs: the same seed gives the same tensors, different seeds differ") {
   const Shape s{1, 1, 8, 8, 4};
   const Problem a = make_random_problem(s, false, std::nullopt, 3);
