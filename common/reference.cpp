@@ -134,15 +134,10 @@ Errors baseline_errors(const Problem& problem, const Reference& ref, Precision p
   return worst;
 }
 
-namespace {
-
-// The rule itself: twice the baseline's errors, plus the floors.
-Tolerance tolerance_from(const Errors& base, const Reference& ref, Precision precision) {
-  return Tolerance{2 * base.max_err_o + tolerance_floor_o(ref, precision),
-                   2 * base.max_err_lse + tolerance_floor_lse(ref)};
+Tolerance tolerance_from(const Errors& baseline, const Reference& ref, Precision precision) {
+  return Tolerance{2 * baseline.max_err_o + tolerance_floor_o(ref, precision),
+                   2 * baseline.max_err_lse + tolerance_floor_lse(ref)};
 }
-
-}  // namespace
 
 Tolerance tolerance_for(const Problem& problem, const Reference& ref, Precision precision) {
   return tolerance_from(baseline_errors(problem, ref, precision), ref, precision);

@@ -98,6 +98,9 @@ double tolerance_floor_o(const Reference& ref, Precision precision);
 /// (δL = Σ_j P_j δs_j).
 double tolerance_floor_lse(const Reference& ref);
 
+/// The rule itself, from the baseline's errors already computed: twice them, plus the floors.
+Tolerance tolerance_from(const Errors& baseline, const Reference& ref, Precision precision);
+
 /// The tolerance for `problem`: computes the baseline in `precision` and its errors.
 Tolerance tolerance_for(const Problem& problem, const Reference& ref, Precision precision = Precision::fp32);
 
