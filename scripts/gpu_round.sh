@@ -12,7 +12,8 @@
 # nlohmann-json) travel in .carry/deps (apt-get download + dpkg -x here).
 # FLASH_SAN_MODE=programs runs the sanitizers on each step's program over four
 # small shapes (every d, tails, causal) instead of the whole test suite: minutes
-# instead of tens of minutes, for a round that must fit a short lease.
+# instead of tens of minutes, for a round that must fit a short lease. FLASH_SAN_STEPS and
+# FLASH_NCU_STEPS (e.g. "step11 step12") limit the sanitizer and ncu phases to some steps.
 set -euo pipefail
 
 out=${1:?usage: scripts/gpu_round.sh OUTDIR}
@@ -111,6 +112,8 @@ if want ncu; then
   echo "== ncu (one launch per step, N=4096, d=128, B=4, H=16)"
   : >"$out/ncu.txt"
   for prog in "${gpu_programs[@]}"; do
+    # FLASH_NCU_STEPS (e.g. "step11 step12") limits this phase to some steps, as FLASH_SAN_STEPS does.
+    [[ -n ${FLASH_NCU_STEPS:-} && " $FLASH_NCU_STEPS " != *" $(basename "$prog" | cut -c1-6) "* ]] && continue
     echo "--- $(basename "$prog")" >>"$out/ncu.txt"
     ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \

@@ -22,14 +22,15 @@
 #     O_i[r][k]:  lane = 4·row_lane + (k mod 8) / 2      (the same layout over d)
 #   step 11: as step 10 with 32 rows a warp (two 16-row mma tiles); B_r = 128, B_c = 32 at d = 128.
 #     row r: warp r / 32, row_lane r mod 8 (row(t) = 32·warp + 8·t + row_lane, t = 0..3)
+#   step 12: as step 11 with B_c = 64 at d = 128; the block → tile order depends on the mask.
 set -euo pipefail
-step=${1:?usage: ownership.sh STEP (04 to 11)}
+step=${1:?usage: ownership.sh STEP (04 to 12)}
 
 case $step in
   04|05|06) family=warp_rows ;;
   07|08|09) family=lane_tiles ;;
-  10|11) family=mma ;;
-  *) echo "ownership.sh: no rule for step $step (04 to 11)" >&2; exit 2 ;;
+  10|11|12) family=mma ;;
+  *) echo "ownership.sh: no rule for step $step (04 to 12)" >&2; exit 2 ;;
 esac
 
 # Which rows and columns the figure shows ("…" stands for those left out).
@@ -49,11 +50,12 @@ case $family in
     s_cols="0 1 2 3 4 5 6 7 8 9 … 63"
     o_cols="0 1 2 3 4 5 6 7 8 9 … 127"
     Br=64 Bc=64 warps=4 threads=128 rows_per_warp=16
-    if [[ $step == 11 ]]; then
+    if [[ $step == 11 || $step == 12 ]]; then
       rows="0 1 … 7 8 … 15 16 … 31 32 33 … 127"
       s_cols="0 1 2 3 4 5 6 7 8 9 … 31"
       Br=128 Bc=32 rows_per_warp=32
-    fi ;;
+    fi
+    if [[ $step == 12 ]]; then s_cols="0 1 2 3 4 5 6 7 8 9 … 63"; Bc=64; fi ;;
 esac
 
 case $step in
@@ -73,6 +75,8 @@ case $step in
       where="each warp: 16 rows, one mma.m16n8k16 C fragment per 8 columns; each lane: 2 rows × 2 neighbouring columns per 8" ;;
   11) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
       where="each warp: 32 rows, two mma tiles of 16; each lane: 4 rows × 2 neighbouring columns per 8; P̃_ij stays in these registers" ;;
+  12) blocks="T_r·B·H blocks: causal, block x owns tile T_r − 1 − ⌊x / BH⌋ of head x mod BH; without the mask, tile T_r − 1 − (x mod T_r) of head ⌊x / T_r⌋"
+      where="as step 11 with B_c = 64: each lane 4 rows × 2 neighbouring columns per 8 of 64 keys; m_i, l_i in shared memory, a slot per thread" ;;
 esac
 
 awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" \
