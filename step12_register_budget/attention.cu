@@ -91,6 +91,7 @@ __device__ void load_tile(T* tile, const T* matrix, int row0, int B, int n_rows)
 }
 //! [load tile]
 
+//! [sign]
 /// Multiplies by sign(scale) (−1 or 0) the elements of a (B, ld) tile that this
 /// thread's load_tile copies wrote, once they have landed: no other thread touches them.
 template <int d, class T>
@@ -104,6 +105,7 @@ __device__ void sign_tile(T* tile, int B, float scale) {
     for (int k = 0; k < 8; ++k) chunk[k] = chunk[k] * sign;
   }
 }
+//! [sign]
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
@@ -127,11 +129,13 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   // score is this factor times its largest S_ij: the scale is applied inside each exponential.
   const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
 
+  //! [block order]
   // This block's head and query tile. Causal tiles differ in length, so the longest tiles of
   // every head go first; tiles without the mask are all alike, so one head's tiles run side
   // by side and share its K and V in L2.
   const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
   const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
+  //! [block order]
   // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
   const auto Q = Q_all + bh * n_q * d;
   const auto K = K_all + bh * n_kv * d;
@@ -229,6 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         }
       }
 
+      //! [softmax]
       // Line 9, 4 lanes per row, in base 2 with the scale s = scale_log2 applied inside the
       // exponentials: m_new = max(m_i, s · rowmax(S_ij)), P̃_ij = 2^(s · S_ij − m_new) in place (one
       // fma and one ex2 an entry), l_i ← 2^(m_i − m_new) l_i + rowsum(P̃_ij); O_i's rescale.
@@ -254,6 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
           for (int n = 0; n < kOCols; ++n) Oi[t][n] *= alpha;
         }
       }
+      //! [softmax]
 
       //! [P in registers]
       // Line 10: O_i ← O_i + P̃_ij V_j, no division, on the tensor cores. Per 16 keys c … c + 15,
