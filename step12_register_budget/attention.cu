@@ -351,7 +351,7 @@ common::StepInfo describe() {
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
   return common::cuda::gpu_step(
       "step12_register_budget",
-      "FlashAttention-2 on the tensor cores, fed: P~_ij stays in registers, 32 rows a warp, softmax in base 2",
+      "FlashAttention-2 on the tensor cores, the registers spent on the tiles: B_c = 64 at d = 128, 128 at d <= 64",
       HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
 }
 
