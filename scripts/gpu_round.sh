@@ -24,6 +24,8 @@ phases=" ${FLASH_ROUND_PHASES:-tests resources bench ncu sanitizer} "
 want() { [[ $phases == *" $1 "* ]]; }
 declare -a summary=()
 note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+# picked LIST PROGRAM: whether PROGRAM's step (stepNN) is in LIST ("step11 step12"); an empty LIST picks every step.
+picked() { [[ -z $1 || " $1 " == *" $(basename "$2" | cut -c1-6) "* ]]; }
 fail() {
   echo "gpu_round: FAILED: $1 (log: $2)" >&2
   tail -n 40 "$2" >&2 || true
@@ -112,8 +114,7 @@ if want ncu; then
   echo "== ncu (one launch per step, N=4096, d=128, B=4, H=16)"
   : >"$out/ncu.txt"
   for prog in "${gpu_programs[@]}"; do
-    # FLASH_NCU_STEPS (e.g. "step11 step12") limits this phase to some steps, as FLASH_SAN_STEPS does.
-    [[ -n ${FLASH_NCU_STEPS:-} && " $FLASH_NCU_STEPS " != *" $(basename "$prog" | cut -c1-6) "* ]] && continue
+    picked "${FLASH_NCU_STEPS:-}" "$prog" || continue
     echo "--- $(basename "$prog")" >>"$out/ncu.txt"
     ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
@@ -136,7 +137,7 @@ if want sanitizer; then
             "--batch 1 --heads 2 --seq-q 257 --seq-kv 100 --head-dim 96 --causal --scale -0.5"
             "--batch 3 --heads 1 --seq-q 65 --seq-kv 129 --head-dim 128 --causal")
     for prog in "${gpu_programs[@]}"; do
-      [[ -n ${FLASH_SAN_STEPS:-} && " $FLASH_SAN_STEPS " != *" $(basename "$prog" | cut -c1-6) "* ]] && continue
+      picked "${FLASH_SAN_STEPS:-}" "$prog" || continue
       prog_shapes=("${shapes[@]}")
       # A step that computes in fp16 as well as bf16 (its default): two shapes in fp16 too.
       if "$prog" --help | tr -s " \n" " " | grep -q "this step: bf16, fp16"; then
@@ -158,7 +159,7 @@ if want sanitizer; then
     # code paths as N = 257 and below, at many times the sanitizers' cost).
     for exe in "${gpu_programs[@]/%/_tests}"; do
       # FLASH_SAN_STEPS (e.g. "step04 step05") limits this phase to some steps, to split a round.
-      [[ -n ${FLASH_SAN_STEPS:-} && " $FLASH_SAN_STEPS " != *" $(basename "$exe" | cut -c1-6) "* ]] && continue
+      picked "${FLASH_SAN_STEPS:-}" "$exe" || continue
       for tool in memcheck racecheck synccheck initcheck; do
         filter=(--test-case='*conformance*' --subcase-exclude='*1000*')
         echo "--- $(basename "$exe") $tool" >>"$san_log"

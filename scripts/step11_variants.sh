@@ -14,24 +14,8 @@
 # The step page's notes table shows its output (docs/results/runs/step11_variants.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-f=step11_feeding_tensor_cores/attention.cu
-orig=$(mktemp)
-cp "$f" "$orig"
-trap 'cp "$orig" "$f"; rm -f "$orig"' EXIT
-run() {
-  local name=$1 d c
-  shift
-  cp "$orig" "$f"
-  for e in "$@"; do sed -i "$e" "$f"; done
-  if ! ninja -C build-gpu step11_feeding_tensor_cores >"/tmp/step11_$name.log" 2>&1; then
-    echo "$name: build failed"; tail -n 5 "/tmp/step11_$name.log"; return
-  fi
-  for d in 64 128; do for c in "" --causal; do
-    timeout 60 build-gpu/bin/step11_feeding_tensor_cores --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 \
-      --head-dim $d $c --repeat 20 --json |
-      python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$name', r['head_dim'], 'causal' if r['causal'] else 'full', round(r['tflops'],1), 'regs', r.get('registers'), 'local', r.get('local_bytes'), 'Br', r.get('B_r'), 'Bc', r.get('B_c'), 'blocks/SM', r.get('blocks_per_sm'))"
-  done; done
-}
+source scripts/variants.sh
+variants_of step11_feeding_tensor_cores
 bc_64='s/  static constexpr int Bc = d < 128 ? 64 : 32;/  static constexpr int Bc = 64;/'
 one_tile=('s/kRowsPerThread = 4, kMTiles = 2/kRowsPerThread = 2, kMTiles = 1/' 's/warp \* 32 + 16 \* m/warp * 16 + 16 * m/')
 run V0_step11

@@ -15,25 +15,8 @@
 # The step page's notes table shows its output (docs/results/runs/step12_variants.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-f=step12_register_budget/attention.cu
-orig=$(mktemp)
-cp "$f" "$orig"
-trap 'cp "$orig" "$f"; rm -f "$orig"' EXIT
-run() {
-  local name=$1 d c
-  shift
-  cp "$orig" "$f"
-  for e in "$@"; do sed -i "$e" "$f"; done
-  if cmp -s "$f" "$orig" && [[ $# -gt 0 ]]; then echo "$name: the change did not apply"; return 1; fi
-  if ! ninja -C build-gpu step12_register_budget >"/tmp/step12_$name.log" 2>&1; then
-    echo "$name: build failed"; tail -n 5 "/tmp/step12_$name.log"; return 1
-  fi
-  for d in 64 128; do for c in "" --causal; do
-    timeout 60 build-gpu/bin/step12_register_budget --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 \
-      --head-dim $d $c --repeat 20 --json |
-      python3 -c "import json,sys; r=json.loads(sys.stdin.read()); print('$name', r['head_dim'], 'causal' if r['causal'] else 'full', round(r['tflops'],1), 'regs', r.get('registers'), 'local', r.get('local_bytes'), 'Br', r.get('B_r'), 'Bc', r.get('B_c'), 'blocks/SM', r.get('blocks_per_sm'))"
-  done; done
-}
+source scripts/variants.sh
+variants_of step12_register_budget
 order='s|const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;|const size_t bh = ORDER_BH;|'
 order_i='s|const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);|const int i = Tr - 1 - int(ORDER_I);|'
 run V0_step12
