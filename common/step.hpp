@@ -87,6 +87,10 @@ struct GpuKernel {
   /// The kernel's tiles and resources for head dimension d: B_r, B_c, shared
   /// memory, registers, local (spill) bytes, blocks per SM.
   std::function<Figures(int64_t head_dim)> resources;
+  /// The one GPU generation the kernel's machine code runs on, as major·10 + minor
+  /// (90: Hopper, built for sm_90a, whose wgmma no other GPU has); 0 = any GPU the
+  /// build targets. A session on another GPU is refused with NoGpuError.
+  int compute_capability = 0;
 };
 
 /// Everything the driver needs to know about a step.

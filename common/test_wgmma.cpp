@@ -2,7 +2,8 @@
 /// \brief Tests of common/cuda/wgmma.hpp on the CPU: the wgmma matrix
 /// descriptor's bit fields, the TMA/wgmma swizzle, and the D and A register
 /// fragments of `wgmma.mma_async.m64nNk16`, each against the PTX ISA's text and
-/// figures and against CUTLASS's (CuTe's) definitions of the same things.
+/// figures and against CUTLASS's (CuTe's) definitions of the same things; and the
+/// layout of the Hopper steps' TMA tensor maps (common/cuda/tensor_map.hpp).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common/cuda/fragments.hpp"
+#include "common/cuda/tensor_map.hpp"
 #include "common/cuda/wgmma.hpp"
 
 using common::wgmma::RowCol;
@@ -334,4 +336,70 @@ TEST_CASE("wgmma A fragment (m64nNk16, 16-bit, from registers): the PTX ISA's fi
       }
     }
   }
+}
+
+TEST_CASE("wgmma: the descriptors of TMA's 128-byte-swizzled tiles, K-major (Q_i, K_j) and MN-major (V_j)") {
+  using common::wgmma::decode_descriptor;
+  using common::wgmma::Swizzle;
+  // A K_j of 128 rows at d = 128 at shared address 0x8000: columns 0-15, 48-63, 64-79, 112-127.
+  constexpr uint32_t tile = 0x8000;
+  const auto at = [&](int k) { return decode_descriptor(common::wgmma::k_major_sw128(tile, 128, k)); };
+  CHECK(at(0).start_address == tile);
+  CHECK(at(48).start_address == tile + 96);              // 48 columns of 2 bytes into the 128-byte row
+  CHECK(at(64).start_address == tile + 128 * 128);       // the second column block: 128 rows of 128 bytes on
+  CHECK(at(112).start_address == tile + 128 * 128 + 96);
+  for (int k = 0; k < 128; k += 16) {
+    CHECK(at(k).stride_byte_offset == 1024);             // 8 rows of 128 bytes
+    CHECK(at(k).swizzle == Swizzle::bytes128);
+    CHECK(at(k).base_offset == 0);                       // the tile starts on a 1024-byte boundary
+  }
+  // V_j (128 keys, d = 128) read MN-major: 16 keys on is 16 rows on; the leading offset
+  // is one column block (the next 64 of d), the stride offset 8 keys.
+  const auto v = decode_descriptor(common::wgmma::mn_major_sw128(tile, 128, 32));
+  CHECK(v.start_address == tile + 32 * 128);
+  CHECK(v.leading_byte_offset == 128 * 128);
+  CHECK(v.stride_byte_offset == 1024);
+  CHECK(v.swizzle == Swizzle::bytes128);
+}
+
+TEST_CASE("tma: ldmatrix's swizzled offsets, one XOR from the lane's own, equal the swizzle itself") {
+  using common::wgmma::Swizzle;
+  using common::wgmma::tile_offset;
+  for (int rows : {64, 128}) {
+    for (int row = 0; row < 16; ++row) {
+      for (int col : {0, 8}) {
+        const uint32_t lane = common::tma::lane_offset(row, col);
+        for (int r0 = 0; r0 + 16 <= rows; r0 += 8) {
+          for (int k = 0; k < 128; k += 16) {
+            const int expected = 2 * common::tma::column_block(k / 64, rows) +
+                                 tile_offset(Swizzle::bytes128, r0 + row, 2 * (k % 64 + col));
+            REQUIRE(common::tma::swizzled_offset(lane, rows, r0, k) == uint32_t(expected));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tma: a tensor map's layout is (d, N, B·H) with 128-byte box rows, each head its own rows") {
+  using common::tma::tensor_map_layout;
+  constexpr auto k = tensor_map_layout(64, 4096, 128, 128);
+  CHECK(k.dims[0] == 128);
+  CHECK(k.dims[1] == 4096);
+  CHECK(k.dims[2] == 64);
+  CHECK(k.strides[0] == 256);             // bytes from one row to the next
+  CHECK(k.strides[1] == 4096 * 256);      // bytes from one head to the next
+  CHECK(k.box[0] * 2 == 128);             // one box row = one 128-byte swizzle line
+  CHECK(k.box[1] == 128);
+  CHECK(k.box[2] == 1);
+  // TMA needs every stride a multiple of 16 bytes: true for any N at d = 64 and 128.
+  for (int64_t n : {1, 7, 333, 1000}) {
+    for (int64_t d : {64, 128}) {
+      const auto layout = tensor_map_layout(3, n, d, 64);
+      CHECK(layout.strides[0] % 16 == 0);
+      CHECK(layout.strides[1] % 16 == 0);
+    }
+  }
+  CHECK(common::tma::tile_bytes(128, 128) == 32768);  // what a barrier expects for a K_j at d = 128
+  CHECK(common::tma::column_block(1, 128) == 128 * 64);  // the second 64 columns follow the first
 }

@@ -48,7 +48,7 @@ void check_seed004_shapes(const StepInfo& step, const Options& options = {});
 /// and the tails in every place.
 void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_dims, const Options& options = {});
 
-/// B·H = 70000 heads of N = 3 × 5 at d = 32, causal and not: more heads than a
+/// B·H = 70000 heads of N = 3 × 5 at the step's smallest d (32 for most), causal and not: more heads than a
 /// grid's y or z dimension holds (65535).
 void check_many_heads(const StepInfo& step, const Options& options = {});
 

@@ -67,6 +67,27 @@ inline int require_gpu(const std::string& step_name) {
   return device;
 }
 
+/// Why a kernel built for one GPU generation cannot run here: `needed` and `found`
+/// are compute capabilities as major·10 + minor. Pure, so it can be tested anywhere.
+inline std::string wrong_gpu_message(const std::string& step_name, int needed, int found, const std::string& gpu) {
+  const auto version = [](int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); };
+  const std::string family = needed == 90 ? "a Hopper GPU (H100, H200; " : "a GPU of (";
+  return step_name + " needs " + family + "compute capability " + version(needed) + "); this GPU, " + gpu +
+         ", has compute capability " + version(found);
+}
+
+/// Throws NoGpuError unless the current device has compute capability `needed`
+/// (major·10 + minor); 0 accepts any device.
+inline void require_compute_capability(int needed, const std::string& step_name) {
+  if (needed == 0) return;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", __FILE__, __LINE__);
+  const int found = prop.major * 10 + prop.minor;
+  if (found != needed) throw NoGpuError(wrong_gpu_message(step_name, needed, found, prop.name));
+}
+
 /// Throws InputError when `needed_bytes` exceed `free_bytes` of device memory, so
 /// that a problem too large for the GPU is refused before anything is allocated
 /// or launched. Pure, so it can be tested with made-up numbers.

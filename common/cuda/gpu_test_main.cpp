@@ -1,5 +1,6 @@
 /// \file gpu_test_main.cpp
-/// \brief doctest's main for GPU test executables: exit 77 (ctest: skipped) without a GPU.
+/// \brief doctest's main for GPU test executables: exit 77 (ctest: skipped) without a GPU,
+/// or, built with FLASH_TESTS_NEED_COMPUTE_CAPABILITY (the Hopper steps), on another GPU.
 ///
 /// Listing the tests (which ctest's test discovery does at build time) works on
 /// any machine; running them needs a GPU. Without one every test reports
@@ -35,6 +36,19 @@ int main(int argc, char** argv) {
       std::printf("no CUDA GPU found: GPU tests skipped\n");
       return kSkip;
     }
+#ifdef FLASH_TESTS_NEED_COMPUTE_CAPABILITY
+    // A step built for one GPU generation only (the Hopper steps: sm_90a) cannot run
+    // on another: its tests skip there, saying which GPU they need.
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess ||
+        prop.major * 10 + prop.minor != FLASH_TESTS_NEED_COMPUTE_CAPABILITY) {
+      std::printf("GPU 0 (%s, compute capability %d.%d) is not the compute capability %d.%d these tests are built "
+                  "for (sm_%da): GPU tests skipped\n",
+                  prop.name, prop.major, prop.minor, FLASH_TESTS_NEED_COMPUTE_CAPABILITY / 10,
+                  FLASH_TESTS_NEED_COMPUTE_CAPABILITY % 10, FLASH_TESTS_NEED_COMPUTE_CAPABILITY);
+      return kSkip;
+    }
+#endif
   }
   doctest::Context context(argc, argv);
   return context.run();

@@ -21,21 +21,29 @@ namespace common::cuda {
 __device__ inline uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 /// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`: four 8×8 matrices of 16-bit
-/// elements; lanes 8r..8r+7 give the addresses of matrix r's rows, and register
+/// elements; lanes 8r..8r+7 give the shared addresses of matrix r's rows, and register
 /// r of every lane receives two neighbouring elements of a row of matrix r
 /// (fragments.hpp: ldmatrix_m8n8).
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
+               : "r"(address));
 }
+
+/// ldmatrix_x4 with the row's address as a pointer.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4(r, shared_address(row)); }
 
 /// `ldmatrix ... .trans`: as ldmatrix_x4, each 8×8 matrix delivered transposed
 /// (register r receives two neighbouring elements of a column of matrix r).
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
+               : "r"(address));
+}
+
+/// ldmatrix_x4_trans with the row's address as a pointer.
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  ldmatrix_x4_trans(r, shared_address(row));
 }
 
 /// D = A·B + C on the tensor cores, in place in C: A 16×16 (a0..a3), B 16×8

@@ -157,6 +157,28 @@ FLASH_HOST_DEVICE constexpr DescriptorFields decode_descriptor(uint64_t descript
           Swizzle(uint32_t(descriptor >> 62))};
 }
 
+/// The descriptor of columns k … k + 15 (k a multiple of 16) of a K-major tile of
+/// `rows` rows of 16-bit elements at shared address `tile` (a multiple of 1024), laid
+/// out as TMA writes it with the 128-byte swizzle (tensor_map.hpp): column blocks of
+/// 64 elements, each `rows` 128-byte rows. Q_i and K_j as they lie, A and B of
+/// S = Q Kᵀ. Column block k / 64 starts rows · 128 bytes further per block; within it,
+/// 16 columns are 32 bytes (the hardware applies the swizzle to the address it forms);
+/// groups of 8 rows are 1024 bytes apart (stride byte offset); the leading byte offset
+/// is unused by a swizzled K-major operand (16).
+FLASH_HOST_DEVICE constexpr uint64_t k_major_sw128(uint32_t tile, int rows, int k) {
+  return make_descriptor(tile + uint32_t(k / 64) * uint32_t(rows) * 128u + uint32_t(k % 64) * 2u, 16, 1024, 0,
+                         Swizzle::bytes128);
+}
+
+/// The descriptor of rows k … k + 15 of the same layout read MN-major: V_j as B of
+/// P̃ V (K = keys, the rows; N = d, contiguous). 16 rows are 2048 bytes on; groups of
+/// 8 rows are 1024 bytes apart (stride byte offset); the next 64 columns of N are a
+/// column block, rows · 128 bytes, further (leading byte offset). CuTe writes this
+/// canonical layout Swizzle<3,4,3> o ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)).
+FLASH_HOST_DEVICE constexpr uint64_t mn_major_sw128(uint32_t tile, int rows, int k) {
+  return make_descriptor(tile + uint32_t(k) * 128u, uint32_t(rows) * 128u, 1024, 0, Swizzle::bytes128);
+}
+
 /// Register `i` (0..N/2-1) of `thread`'s (0..127) fp32 accumulator of
 /// `wgmma.mma_async.m64nNk16`: its place in the 64×N D tile.
 FLASH_HOST_DEVICE constexpr RowCol d_m64nN(int thread, int i) {
