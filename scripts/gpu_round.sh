@@ -149,7 +149,7 @@ if want sanitizer; then
         for shape in "${prog_shapes[@]}"; do
           # A d the step is not compiled for (the Hopper steps: 64 and 128 only) is skipped, and said so.
           # shellcheck disable=SC2086
-          if "$prog" $shape --repeat 0 2>&1 >/dev/null | grep -q "head_dim .* (supported:"; then
+          if [[ $("$prog" $shape --repeat 0 2>&1 >/dev/null || true) == *"head_dim "*"(supported:"* ]]; then
             echo "--- $(basename "$prog") $tool $shape: skipped, d not compiled in" >>"$san_log"
             continue
           fi
