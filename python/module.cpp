@@ -173,6 +173,9 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("title", &common::StepInfo::title, "one line: what the step adds")
       .def_readonly("needs_gpu", &common::StepInfo::needs_gpu, "runs on a CUDA GPU")
       .def_readonly("head_dims", &common::StepInfo::head_dims, "supported d (empty: any d >= 1)")
+      .def_property_readonly(
+          "compute_capability", [](const common::StepInfo& s) { return s.gpu ? s.gpu->compute_capability : 0; },
+          "the one GPU generation its machine code runs on, major*10 + minor (90: Hopper); 0: any")
       .def_readonly("uses_sram_budget", &common::StepInfo::uses_sram_budget, "tiles come from an SRAM budget M")
       .def_readonly("default_sram_floats", &common::StepInfo::default_sram_floats, "M when none is given")
       .def_property_readonly("dtypes", &flash_python::step_dtypes,

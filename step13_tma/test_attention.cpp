@@ -1,5 +1,5 @@
 /// \file step13_tma/test_attention.cpp
-/// \brief step13's tests (GPU), in bf16 and in fp16: conformance, causal with N_q ≠ N_kv, the
+/// \brief step13's tests (Hopper GPU; skipped on any other), in bf16 and in fp16: conformance, causal with N_q ≠ N_kv, the
 /// Torch/Numba/CUDA notebook's shapes, bitwise-repeatable output, any B·H, clear errors for bad
 /// input (fp32 among them), every sign of the scale, no spills at any d. Judged by FlashAttention-2's rule in the step's precision.
 #include <doctest/doctest.h>

@@ -34,6 +34,7 @@ constexpr int kWarps = 8;                 // consumer warps per block: warps 8 �
 constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;  // a thread; 128 · 24 + 256 · 240 ≤ 65536
 constexpr int kWarpSize = 32;
 constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+static_assert(kStages == 2, "the barriers' set-up and `stage ^ 1` name exactly two stages");
 using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation each: whole 128-byte rows
 
 //! [tiles]
@@ -141,8 +142,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
-    // Lines 4–5: one thread asks for Q_i and K_0, V_0 (stage 0); O_i = 0, l_i = 0,
-    // m_i = −∞ in registers.
+    // Lines 4–5: one thread asks for Q_i and K_0, V_0 (stage 0); O_i = 0 in registers,
+    // l_i = 0 and m_i = −∞ in their shared-memory slots.
     if (tid == 0) {
       for (uint64_t* barrier : {&q_full, &k_full[0], &k_full[1], &v_full[0], &v_full[1]}) barrier_init(barrier, 1);
       for (uint64_t& barrier : empty) barrier_init(&barrier, kWarps);  // one arrival a consumer warp

@@ -23,14 +23,18 @@
 #   step 11: as step 10 with 32 rows a warp (two 16-row mma tiles); B_r = 128, B_c = 32 at d = 128.
 #     row r: warp r / 32, row_lane r mod 8 (row(t) = 32·warp + 8·t + row_lane, t = 0..3)
 #   step 12: as step 11 with B_c = 64 at d = 128; the block → tile order depends on the mask.
+#   step 13: as step 12 (TMA brings the tiles; who computes what is unchanged).
+#   steps 14, 15, 16: 2 warpgroups of 4 warps compute (wgmma), 16 rows a warp, the mma's C layout
+#     repeated every 8 columns; B_r = B_c = 128 at d = 128 (steps 15, 16: + 1 producer warpgroup).
+#     row r: warp r / 16, row_lane r mod 8 (row(t) = 16·warp + 8·t + row_lane, t = 0, 1)
 set -euo pipefail
-step=${1:?usage: ownership.sh STEP (04 to 12)}
+step=${1:?usage: ownership.sh STEP (04 to 16)}
 
 case $step in
   04|05|06) family=warp_rows ;;
   07|08|09) family=lane_tiles ;;
-  10|11|12) family=mma ;;
-  *) echo "ownership.sh: no rule for step $step (04 to 12)" >&2; exit 2 ;;
+  10|11|12|13|14|15|16) family=mma ;;
+  *) echo "ownership.sh: no rule for step $step (04 to 16)" >&2; exit 2 ;;
 esac
 
 # Which rows and columns the figure shows ("…" stands for those left out).
@@ -50,12 +54,18 @@ case $family in
     s_cols="0 1 2 3 4 5 6 7 8 9 … 63"
     o_cols="0 1 2 3 4 5 6 7 8 9 … 127"
     Br=64 Bc=64 warps=4 threads=128 rows_per_warp=16
-    if [[ $step == 11 || $step == 12 ]]; then
+    if [[ $step == 11 || $step == 12 || $step == 13 ]]; then
       rows="0 1 … 7 8 … 15 16 … 31 32 33 … 127"
       s_cols="0 1 2 3 4 5 6 7 8 9 … 31"
       Br=128 Bc=32 rows_per_warp=32
     fi
-    if [[ $step == 12 ]]; then s_cols="0 1 2 3 4 5 6 7 8 9 … 63"; Bc=64; fi ;;
+    if [[ $step == 12 || $step == 13 ]]; then s_cols="0 1 2 3 4 5 6 7 8 9 … 63"; Bc=64; fi
+    if (( 10#$step >= 14 )); then
+      rows="0 1 … 7 8 … 15 16 … 63 64 65 … 127"
+      s_cols="0 1 2 3 4 5 6 7 8 9 … 127"
+      Br=128 Bc=128 warps=8 threads=256
+      if (( 10#$step >= 15 )); then warps=12 threads=384; fi
+    fi ;;
 esac
 
 case $step in
@@ -77,6 +87,14 @@ case $step in
       where="each warp: 32 rows, two mma tiles of 16; each lane: 4 rows × 2 neighbouring columns per 8; P̃_ij stays in these registers" ;;
   12) blocks="T_r·B·H blocks: causal, block x owns tile T_r − 1 − ⌊x / BH⌋ of head x mod BH; without the mask, tile T_r − 1 − (x mod T_r) of head ⌊x / T_r⌋"
       where="as step 11 with B_c = 64: each lane 4 rows × 2 neighbouring columns per 8 of 64 keys; m_i, l_i in shared memory, a slot per thread" ;;
+  13) blocks="T_r·B·H blocks, ordered as in step 12"
+      where="as step 12; Q_i, K_j, V_j arrive by TMA into 128-byte-swizzled shared memory" ;;
+  14) blocks="T_r·B·H blocks, ordered as in step 12"
+      where="warpgroup w = warps 4w … 4w + 3: rows 64w … 64w + 63, one wgmma's M; each lane: 2 rows × 2 neighbouring columns per 8" ;;
+  15) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
+      where="as step 14: the two consumer warpgroups own the rows; the producer owns the K/V stages until they land" ;;
+  16) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
+      where="as step 15; the two consumer warpgroups take turns on the tensor cores (ping-pong)" ;;
 esac
 
 awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" \

@@ -84,6 +84,8 @@ class Step:
         self.title = native.title  #: one line: what the step adds
         self.needs_gpu = native.needs_gpu  #: runs on a CUDA GPU
         self.head_dims = list(native.head_dims)  #: supported d (empty: any d >= 1)
+        #: the one GPU generation its machine code runs on, major*10 + minor (90: Hopper); 0: any
+        self.compute_capability = native.compute_capability
         self.dtypes = list(native.dtypes)  #: the dtypes of the CUDA tensors it takes: ['bfloat16', 'float16']
         self.precisions = list(native.precisions)  #: the precisions it computes in (--dtype), its own first
         self.uses_sram_budget = native.uses_sram_budget  #: tiles from an SRAM budget M
