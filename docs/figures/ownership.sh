@@ -27,14 +27,15 @@
 #   steps 14, 15, 16: 2 warpgroups of 4 warps compute (wgmma), 16 rows a warp, the mma's C layout
 #     repeated every 8 columns; B_r = B_c = 128 at d = 128 (steps 15, 16: + 1 producer warpgroup).
 #     row r: warp r / 16, row_lane r mod 8 (row(t) = 16·warp + 8·t + row_lane, t = 0, 1)
+#   step 17: as step 16 at d = 128 (drawn); at d = 64, 3 consumer warpgroups, B_r = 192.
 set -euo pipefail
-step=${1:?usage: ownership.sh STEP (04 to 16)}
+step=${1:?usage: ownership.sh STEP (04 to 17)}
 
 case $step in
   04|05|06) family=warp_rows ;;
   07|08|09) family=lane_tiles ;;
-  10|11|12|13|14|15|16) family=mma ;;
-  *) echo "ownership.sh: no rule for step $step (04 to 16)" >&2; exit 2 ;;
+  10|11|12|13|14|15|16|17) family=mma ;;
+  *) echo "ownership.sh: no rule for step $step (04 to 17)" >&2; exit 2 ;;
 esac
 
 # Which rows and columns the figure shows ("…" stands for those left out).
@@ -95,6 +96,8 @@ case $step in
       where="as step 14: the two consumer warpgroups own the rows; the producer owns the K/V stages until they land" ;;
   16) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
       where="as step 15; the two consumer warpgroups take turns on the tensor cores (ping-pong)" ;;
+  17) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
+      where="as step 16 at d = 128; at d = 64 three consumer warpgroups (warps 0 … 11, B_r = 192) and the producer's warps 12 … 15" ;;
 esac
 
 awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" \
