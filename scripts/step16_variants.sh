@@ -8,7 +8,7 @@
 #   A0 step 16 as it is: ping-pong between the warpgroups and the softmax under P̃V
 #   A1 no ping-pong: the named barriers that take turns removed
 #   A2 no overlap inside a warpgroup: wait for P̃_i,j−1 V_j−1 as well before the softmax
-#   A3 neither (step 15's schedule, with step 16's separate K and V barriers)
+#   A3 neither: S_ij and P̃_i,j−1 V_j−1 still issued back to back, but one wait for both
 # The step page's ablation table shows its output (docs/results/runs/step16_variants.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -203,8 +203,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
                         k_major_sw128(shared_address(Kj), Bc, k), 1);
       }
       wgmma_commit();
+      //! [S on wgmma]
     };
-    //! [S on wgmma]
     const auto softmax = [&](int j) {  // line 9 for tile j, once S_ij is in the registers
       fence_operand(Sij);
       if (lane == 0) barrier_arrive(&k_empty[j % kStages]);  // this warp is done with K_j
@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
           mi[t][tid] = m_new;
         }
       }
+      //! [softmax]
     };
-    //! [softmax]
     const auto rescale_and_pack = [&] {  // once P̃_i,j−1 V_j−1 is in O_i: O_i's rescale, P̃_ij packed
       fence_operand(Oi);
 #pragma unroll
@@ -273,8 +273,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
           p[m][3] = common::cuda::pack2<T>(s1[n0 + 2], s1[n0 + 3]);
         }
       }
+      //! [P in registers]
     };
-    //! [P in registers]
     const auto issue_PV = [&](int j) {  // line 10 for tile j: O_i ← O_i + P̃_ij V_j, queued
       const T* Vj = Vbuf + (j % kStages) * Bc * d;
       barrier_wait(&v_full[j % kStages], (j / kStages) % 2);  // V_j has landed

@@ -7,7 +7,8 @@
 /// block (B_r = 192, 512 threads), each with 160 registers a thread (3 · 128 · 160 + 128 ·
 /// 24 ≤ 65536): each K_j, V_j tile is read by 192 rows instead of 128, and while one
 /// warpgroup does its softmax two others can keep the tensor cores busy, taking turns in
-/// a ring. d = 128 keeps step 16's shape.
+/// a ring. d = 128 keeps step 16's shape, and its causal blocks go head by head, as
+/// the unmasked ones do, their K and V shared in L2.
 ///
 /// Run: build/bin/step17_tiles_by_head_dim --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
 ///      build/bin/step17_tiles_by_head_dim --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
@@ -117,11 +118,13 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
   const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
 
   //! [block order]
-  // This block's head and query tile. Causal tiles differ in length, so the longest tiles of
-  // every head go first; tiles without the mask are all alike, so one head's tiles run side
-  // by side and share its K and V in L2.
-  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
-  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
+  // This block's head and query tile, also by d: one head's tiles side by side, longest first,
+  // sharing its K and V in L2; but causal at d = 64, the longest tiles of every head first.
+  // Timed both ways (docs/results/runs/step17_causal_order.txt): at d = 128 the shared K and V
+  // win, causal too; at d = 64 and N = 4096 the short tiles are better kept for the end.
+  const bool longest_first = causal && d <= 64;
+  const size_t bh = longest_first ? blockIdx.x % batch_heads : blockIdx.x / Tr;
+  const int i = Tr - 1 - int(longest_first ? blockIdx.x / batch_heads : blockIdx.x % Tr);
   //! [block order]
   // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
   const auto O = O_all + bh * n_q * d;
@@ -209,8 +212,8 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
                         k_major_sw128(shared_address(Kj), Bc, k), 1);
       }
       wgmma_commit();
+      //! [S on wgmma]
     };
-    //! [S on wgmma]
     const auto softmax = [&](int j) {  // line 9 for tile j, once S_ij is in the registers
       fence_operand(Sij);
       if (lane == 0) barrier_arrive(&k_empty[j % kStages]);  // this warp is done with K_j
@@ -252,8 +255,8 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
           mi[t][tid] = m_new;
         }
       }
+      //! [softmax]
     };
-    //! [softmax]
     const auto rescale_and_pack = [&] {  // once P̃_i,j−1 V_j−1 is in O_i: O_i's rescale, P̃_ij packed
       fence_operand(Oi);
 #pragma unroll
@@ -279,8 +282,8 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
           p[m][3] = common::cuda::pack2<T>(s1[n0 + 2], s1[n0 + 3]);
         }
       }
+      //! [P in registers]
     };
-    //! [P in registers]
     const auto issue_PV = [&](int j) {  // line 10 for tile j: O_i ← O_i + P̃_ij V_j, queued
       const T* Vj = Vbuf + (j % kStages) * Bc * d;
       barrier_wait(&v_full[j % kStages], (j / kStages) % 2);  // V_j has landed
