@@ -356,11 +356,14 @@ void launch(const common::DeviceArgs& a) {
 }
 //! [launch]
 
-/// The tiles and the compiler's resources of the kernel for head dimension d (bf16; fp16's are the same).
+/// The tiles and the compiler's resources of the kernel for head dimension d (bf16; fp16's are the same);
+/// `registers` is the count at entry, before setmaxnreg moves them between the warpgroups' roles.
 template <int d>
 common::Figures resources() {
   return common::cuda::kernel_resources(attention_kernel<__nv_bfloat16, d>, kThreads, Tiles<d>::smem_bytes,
-                                        {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br}});
+                                        {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br},
+                                         {"consumer_registers", kConsumerRegisters},  // by role: setmaxnreg's
+                                         {"producer_registers", kProducerRegisters}});
 }
 
 }  // namespace

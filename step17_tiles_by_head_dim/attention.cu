@@ -366,11 +366,15 @@ void launch(const common::DeviceArgs& a) {
 }
 //! [launch]
 
-/// The tiles and the compiler's resources of the kernel for head dimension d (bf16; fp16's are the same).
+/// The tiles and the compiler's resources of the kernel for head dimension d (bf16; fp16's are the same);
+/// `registers` is the count at entry, before setmaxnreg moves them between the warpgroups' roles.
 template <int d>
 common::Figures resources() {
   return common::cuda::kernel_resources(attention_kernel<__nv_bfloat16, d>, Tiles<d>::kThreads,
-                                        Tiles<d>::smem_bytes, {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br}});
+                                        Tiles<d>::smem_bytes, {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br},
+                                         {"consumer_warpgroups", Tiles<d>::kConsumers},  // by role: setmaxnreg's
+                                         {"consumer_registers", Tiles<d>::kConsumerRegisters},
+                                         {"producer_registers", kProducerRegisters}});
 }
 
 }  // namespace
