@@ -96,7 +96,7 @@ case $step in
       where="as step 14: the two consumer warpgroups own the rows; the producer owns the K/V stages until they land" ;;
   16) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
       where="as step 15; the two consumer warpgroups take turns on the tensor cores (ping-pong)" ;;
-  17) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
+  17) blocks="T_r·B·H blocks: one head's tiles side by side, longest first (causal at d = 64: the longest of every head first); warps 8 … 11 (the producer) own no entry"
       where="as step 16 at d = 128; at d = 64 three consumer warpgroups (warps 0 … 11, B_r = 192) and the producer's warps 12 … 15" ;;
 esac
 
