@@ -46,7 +46,8 @@ __device__ inline void barrier_wait(uint64_t* barrier, uint32_t parity) {
   }
 }
 
-/// `cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes`:
+/// `cp.async.bulk.tensor.3d` (qualifiers `.shared::cluster`, `.global`, `.tile`,
+/// `.mbarrier::complete_tx::bytes`):
 /// the box of `map` at element coordinates (c0, c1, c2), innermost first, into `tile`
 /// (aligned to the swizzle's atom, 1024 bytes for 128-byte rows); its bytes complete on `barrier`.
 __device__ inline void tma_load(void* tile, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* barrier) {

@@ -35,6 +35,7 @@
   "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[1][8]), "+f"(d[1][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[1][10]), "+f"(d[1][11]), \
   "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[0][14]), "+f"(d[0][15]), "+f"(d[1][14]), "+f"(d[1][15])
 
+/// The placeholders of those 32 registers in the PTX string, numbered 0 to 31, in braces.
 #define FLASH_WGMMA_D64_SLOTS "{" \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" "}"
@@ -50,6 +51,7 @@
   "+f"(d[0][24]), "+f"(d[0][25]), "+f"(d[1][24]), "+f"(d[1][25]), "+f"(d[0][26]), "+f"(d[0][27]), "+f"(d[1][26]), "+f"(d[1][27]), \
   "+f"(d[0][28]), "+f"(d[0][29]), "+f"(d[1][28]), "+f"(d[1][29]), "+f"(d[0][30]), "+f"(d[0][31]), "+f"(d[1][30]), "+f"(d[1][31])
 
+/// The placeholders of those 64 registers in the PTX string, numbered 0 to 63, in braces.
 #define FLASH_WGMMA_D128_SLOTS "{" \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -84,8 +86,9 @@ __device__ inline void fence_operand(float (&d)[2][N]) {
   }
 }
 
-// A and B from shared memory, both K-major (imm-trans-a = imm-trans-b = 0);
-// `accumulate` 0 overwrites D (scale-d = 0), 1 adds to it.
+/// The asm of one m64nNk16 wgmma with A and B from shared memory, both K-major
+/// (imm-trans-a = imm-trans-b = 0); `accumulate` 0 overwrites D (scale-d = 0), 1 adds to it.
+/// A, B, S: the operand numbers of the two descriptors and of `accumulate`.
 #define FLASH_WGMMA_SS(N, TYPE, A, B, S)                                                                    \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                                              \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " FLASH_WGMMA_D##N##_SLOTS \
@@ -93,8 +96,10 @@ __device__ inline void fence_operand(float (&d)[2][N]) {
                : FLASH_WGMMA_D##N                                                                           \
                : "l"(a), "l"(b), "r"(accumulate))
 
-// A from registers (4 × 32 bits: the 64 × 16 fragment, wgmma.hpp a_m64k16), B from
-// shared memory MN-major (imm-trans-b = 1: B's rows are K, N contiguous).
+/// The asm of one m64nNk16 wgmma with A from registers (4 × 32 bits: the 64 × 16
+/// fragment, wgmma.hpp a_m64k16) and B from shared memory MN-major (imm-trans-b = 1:
+/// B's rows are K, N contiguous). A0, B, S: the operand numbers of A's registers, B's
+/// descriptor and `accumulate`.
 #define FLASH_WGMMA_RS(N, TYPE, A0, B, S)                                                                   \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                                              \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " FLASH_WGMMA_D##N##_SLOTS \
