@@ -11,6 +11,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
+
+#include "common/cuda/cuda_check.cuh"  // require_compute_capability
 
 namespace {
 
@@ -38,14 +41,11 @@ int main(int argc, char** argv) {
     }
 #ifdef FLASH_TESTS_NEED_COMPUTE_CAPABILITY
     // A step built for one GPU generation only (the Hopper steps: sm_90a) cannot run
-    // on another: its tests skip there, saying which GPU they need.
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess ||
-        prop.major * 10 + prop.minor != FLASH_TESTS_NEED_COMPUTE_CAPABILITY) {
-      std::printf("GPU 0 (%s, compute capability %d.%d) is not the compute capability %d.%d these tests are built "
-                  "for (sm_%da): GPU tests skipped\n",
-                  prop.name, prop.major, prop.minor, FLASH_TESTS_NEED_COMPUTE_CAPABILITY / 10,
-                  FLASH_TESTS_NEED_COMPUTE_CAPABILITY % 10, FLASH_TESTS_NEED_COMPUTE_CAPABILITY);
+    // on another: its tests skip there, saying which GPU they need, as its program does.
+    try {
+      common::cuda::require_compute_capability(FLASH_TESTS_NEED_COMPUTE_CAPABILITY, "this test program");
+    } catch (const std::exception& e) {
+      std::printf("%s: GPU tests skipped\n", e.what());
       return kSkip;
     }
 #endif

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "common/cuda/fragments.hpp"  // FLASH_HOST_DEVICE
+#include "common/cuda/wgmma.hpp"      // the swizzle: tile_offset
 
 namespace common::tma {
 
@@ -43,10 +44,10 @@ FLASH_HOST_DEVICE constexpr uint32_t tile_bytes(int rows, int d) { return uint32
 FLASH_HOST_DEVICE constexpr int column_block(int c, int rows) { return c * rows * kBoxCols; }
 
 /// The byte offset of a lane's 16 bytes at (row, col) of a 128-byte-swizzled tile, for
-/// row < 16 and col 0 or 8: row · 128 + 16 · ((col / 8) XOR (row mod 8)) (the swizzle of
-/// wgmma.hpp, tile_offset). Computed once a lane, for ldmatrix.
+/// row < 16 and col 0 or 8: row · 128 + 16 · ((col / 8) XOR (row mod 8)), wgmma.hpp's
+/// tile_offset of the element's byte. Computed once a lane, for ldmatrix.
 FLASH_HOST_DEVICE constexpr uint32_t lane_offset(int row, int col) {
-  return uint32_t(row) * 128u + 16u * uint32_t((col / 8) ^ (row % 8));
+  return uint32_t(wgmma::tile_offset(wgmma::Swizzle::bytes128, row, 2 * col));
 }
 
 /// The byte offset, in a tile of `rows` rows as TMA's 128-byte swizzle lays it out, of
