@@ -13,7 +13,7 @@
 # FLASH_SAN_MODE=programs runs the sanitizers on each step's program over four
 # small shapes (every d, tails, causal) instead of the whole test suite: minutes
 # instead of tens of minutes, for a round that must fit a short lease. FLASH_SAN_STEPS and
-# FLASH_NCU_STEPS (e.g. "step11 step12") limit the sanitizer and ncu phases to some steps.
+# FLASH_NCU_STEPS (e.g. "step11 step14") limit the sanitizer and ncu phases to some steps.
 set -euo pipefail
 
 out=${1:?usage: scripts/gpu_round.sh OUTDIR}
@@ -24,7 +24,7 @@ phases=" ${FLASH_ROUND_PHASES:-tests resources bench ncu sanitizer} "
 want() { [[ $phases == *" $1 "* ]]; }
 declare -a summary=()
 note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
-# picked LIST PROGRAM: whether PROGRAM's step (stepNN) is in LIST ("step11 step12"); an empty LIST picks every step.
+# picked LIST PROGRAM: whether PROGRAM's step (stepNN) is in LIST ("step11 step14"); an empty LIST picks every step.
 picked() { [[ -z $1 || " $1 " == *" $(basename "$2" | cut -c1-6) "* ]]; }
 fail() {
   echo "gpu_round: FAILED: $1 (log: $2)" >&2

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# scripts/step12_variants.sh — step 12's choices, measured (GPU machine, after a build
+# scripts/step14_variants.sh — step 12's choices, measured (GPU machine, after a build
 # of build-gpu, e.g. FLASH_ROUND_PHASES=none scripts/gpu_round.sh OUT).
 #
-# Builds step12_register_budget in turn with one of its choices undone (sed on
+# Builds step14_block_order in turn with one of its choices undone (sed on
 # attention.cu, restored at the end) and times each at B=4, H=16, N=4096, bf16, d 64 and
 # 128, causal and not, with the registers, spill bytes, tiles and blocks per SM the
 # program reports:
@@ -12,11 +12,11 @@
 #   V3 m_i and l_i in registers, as in step 11 (the compiler spills)
 #   V4 blocks always in step 11's order: the longest tiles of every head first
 #   V5 blocks always head by head: one head's tiles side by side
-# The step page's notes table shows its output (docs/results/runs/step12_variants.txt).
+# The step page's notes table shows its output (docs/results/runs/step14_variants.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/variants.sh
-variants_of step12_register_budget
+variants_of step14_block_order
 order='s|const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;|const size_t bh = ORDER_BH;|'
 order_i='s|const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);|const int i = Tr - 1 - int(ORDER_I);|'
 run V0_step12

@@ -45,8 +45,8 @@ TEST_CASE("cuda helpers: require_gpu finds the GPU, or says clearly that there i
 }
 
 TEST_CASE("cuda helpers: a kernel built for another GPU generation says which GPU it needs and which it found") {
-  CHECK(common::cuda::wrong_gpu_message("step14_wgmma", 90, 80, "NVIDIA A100-SXM4-80GB") ==
-        "step14_wgmma needs a Hopper GPU (H100, H200; compute capability 9.0); this GPU, NVIDIA A100-SXM4-80GB, "
+  CHECK(common::cuda::wrong_gpu_message("step16_wgmma", 90, 80, "NVIDIA A100-SXM4-80GB") ==
+        "step16_wgmma needs a Hopper GPU (H100, H200; compute capability 9.0); this GPU, NVIDIA A100-SXM4-80GB, "
         "has compute capability 8.0");
   CHECK(common::cuda::wrong_gpu_message("s", 100, 90, "X").find("compute capability 10.0") != std::string::npos);
   CHECK_NOTHROW(common::cuda::require_compute_capability(0, "s"));  // 0: any GPU, and no GPU call made

@@ -1,0 +1,25 @@
+/// \file step14_block_order/attention.hpp
+/// \brief step14_block_order: FlashAttention-2 on the tensor cores, the registers spent on the tiles (B_c = 64 at d = 128).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/problem.hpp"
+#include "common/step.hpp"
+
+/// Step 12: step 11 with twice the keys a tile (m_i, l_i in shared memory), the scale inside ex2.ftz, blocks ordered by mask.
+namespace step14 {
+
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) with
+/// FlashAttention-2 on the tensor cores as step 11, with B_r = 128 rows and
+/// B_c = 128 keys at d ≤ 64, 64 at d = 96 and 128.
+/// `result.extra` holds the kernel's resource report (tiles, shared memory,
+/// registers, spill bytes). Throws InputError (d not in 32, 64, 96, 128, fp32
+/// asked for, not enough GPU memory) or NoGpuError.
+common::Result attention_forward(const common::Problem& problem, const common::Options& options = {});
+
+/// This step as the program driver, the tour and the benchmarks see it.
+common::StepInfo describe();
+
+}  // namespace step14

@@ -1,7 +1,0 @@
-/// \file step15_warp_specialized/main.cpp
-/// \brief The step's program: `build/bin/step15_warp_specialized --help` lists the options.
-#include "attention.hpp"
-#include "common/driver.hpp"
-
-/// Runs the shared program driver on this step.
-int main(int argc, char** argv) { return common::run_program(step15::describe(), argc, argv); }

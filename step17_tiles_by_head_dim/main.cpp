@@ -1,7 +1,0 @@
-/// \file step17_tiles_by_head_dim/main.cpp
-/// \brief The step's program: `build/bin/step17_tiles_by_head_dim --help` lists the options.
-#include "attention.hpp"
-#include "common/driver.hpp"
-
-/// Runs the shared program driver on this step.
-int main(int argc, char** argv) { return common::run_program(step17::describe(), argc, argv); }

@@ -1,0 +1,401 @@
+/// \file step21_tiles_by_head_dim/attention.cu
+/// \brief Step 17 — the tiles by head dimension: three consumer warpgroups (B_r = 192) at d = 64.
+///
+/// This step extends step 16 by choosing the block's shape for each d. At d = 64 a score
+/// costs half the matrix work of d = 128 but the same softmax, so the tensor cores wait
+/// more; and O_i takes half the registers. So at d = 64 three consumer warpgroups share a
+/// block (B_r = 192, 512 threads), each with 160 registers a thread (3 · 128 · 160 + 128 ·
+/// 24 ≤ 65536): each K_j, V_j tile is read by 192 rows instead of 128, and while one
+/// warpgroup does its softmax two others can keep the tensor cores busy, taking turns in
+/// a ring. d = 128 keeps step 16's shape, and its causal blocks go head by head, as
+/// the unmasked ones do, their K and V shared in L2.
+///
+/// Run: build/bin/step21_tiles_by_head_dim --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
+///      build/bin/step21_tiles_by_head_dim --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention.hpp"
+#include "common/cuda/convert.cuh"
+#include "common/cuda/cuda_check.cuh"
+#include "common/cuda/exp2.cuh"
+#include "common/cuda/fragments.hpp"
+#include "common/cuda/gpu_step.cuh"
+#include "common/cuda/mma.cuh"
+#include "common/cuda/tma.cuh"
+#include "common/cuda/warpgroup.cuh"
+#include "common/cuda/wgmma.cuh"
+#include "common/cuda/wgmma.hpp"
+
+namespace step21 {
+
+namespace {
+
+constexpr int kProducerRegisters = 24;    // a producer thread's registers; the consumers' depend on d (Tiles)
+constexpr int kTurn = 1;                  // named barriers kTurn + w: consumer warpgroup w may issue its wgmmas
+constexpr int kWarpSize = 32;
+constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+static_assert(kStages == 2, "the barriers' set-up and `stage ^ 1` name exactly two stages");
+using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation each: whole 128-byte rows
+
+//! [tiles]
+// A warp's 16 rows of its warpgroup's 64 are 8 × 4 lanes, the mma's C layout, which wgmma's
+// accumulator repeats every 8 columns (common/cuda/wgmma.cuh): a thread owns 2 rows, one tile.
+constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2, kMTiles = 1;
+
+/// The tiles for head dimension d: a warpgroup's 64 rows are one wgmma's M, so
+/// B_r = 64 · consumer warpgroups: 3 at d = 64 (192 rows), 2 at d = 128 (128). A thread
+/// holds 2 × B_c/4 of S_ij and 2 × d/4 of O_i in fp32 registers: B_c = 128 at every d.
+template <int d>
+struct Tiles {
+  static constexpr int kConsumers = d <= 64 ? 3 : 2;  // consumer warpgroups
+  static constexpr int kWarps = 4 * kConsumers;       // consumer warps; the producer's 4 come after them
+  static constexpr int kThreads = kWarps * 32 + 128;  // threads per block
+  /// A consumer thread's registers: kConsumers · 128 · this + 128 · kProducerRegisters ≤ 65536.
+  static constexpr int kConsumerRegisters = d <= 64 ? 160 : 240;
+  static constexpr int Bc = 128;  // keys: one wgmma's N for S_ij
+  static constexpr int Br = kWarps * kRowLanes * kRowsPerThread;
+  /// Shared memory: kStages × K_j, V_j (B_c, d); Q_i (B_r, d); 2 bytes an element; + 1024 to align them.
+  static constexpr size_t smem_bytes = (size_t(2) * kStages * Bc * d + size_t(Br) * d) * 2 + 1024;
+};
+//! [tiles]
+
+/// The largest `x` of the kColLanes lanes that share a row, in each of them.
+__device__ float row_max(float x) {
+  for (int offset = kColLanes / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+/// The sum of `x` over the kColLanes lanes that share a row, in each of them.
+__device__ float row_sum(float x) {
+  for (int offset = kColLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
+using common::wgmma::mn_major_sw128;
+using namespace common::cuda;  // the TMA and mbarrier wrappers (tma.cuh)
+using namespace common::tma;   // the tile layout (tensor_map.hpp)
+
+//! [sign]
+/// Multiplies by sign(scale) (−1 or 0) every element of a (B, d) tile, once it has
+/// landed, a share per thread.
+template <int d, class T>
+__device__ void sign_tile(T* tile, int B, float scale) {
+  constexpr int kThreads = Tiles<d>::kThreads;
+  const T sign = scale < 0.0f ? T(-1.0f) : T(0.0f);
+#pragma unroll
+  for (int e = threadIdx.x; e < B * d / 8; e += kThreads) {
+    T* chunk = tile + 8 * e;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) chunk[k] = chunk[k] * sign;
+  }
+  fence_async_shared();  // wgmma reads shared memory through the async proxy
+}
+//! [sign]
+
+/// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
+//! [kernel]
+template <class T, int d>  // T: __nv_bfloat16 or __half
+__global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
+    attention_kernel(const __grid_constant__ CUtensorMap Q_map, const __grid_constant__ CUtensorMap K_map,
+                     const __grid_constant__ CUtensorMap V_map, T* __restrict__ O_all, float* __restrict__ L_all,
+                     int n_q, int n_kv, int batch_heads, float scale, bool causal) {
+  constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br;
+  constexpr int kThreads = Tiles<d>::kThreads, kWarps = Tiles<d>::kWarps, kConsumers = Tiles<d>::kConsumers;
+  // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
+  constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = d / kColLanes;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
+  const auto row = [&](int t) { return warp * kRowLanes * kRows + t * kRowLanes + row_lane; };
+  const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
+  const int wg = warp / 4;  // this thread's warpgroup: rows 64·wg … 64·wg + 63 of the tile
+  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  // |scale| · log2(e): S_ij in base 2. A scale that is not positive goes into Q_i instead (its
+  // sign, exact in 16 bits: sign_tile), so this factor is positive and a row's largest scaled
+  // score is this factor times its largest S_ij: the scale is applied inside each exponential.
+  const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
+
+  //! [block order]
+  // This block's head and query tile, also by d: one head's tiles side by side, longest first,
+  // sharing its K and V in L2; but causal at d = 64, the longest tiles of every head first.
+  // Timed both ways (docs/results/runs/step21_causal_order.txt): at d = 128 the shared K and V
+  // win, causal too; at d = 64 and N = 4096 the short tiles are better kept for the end.
+  const bool longest_first = causal && d <= 64;
+  const size_t bh = longest_first ? blockIdx.x % batch_heads : blockIdx.x / Tr;
+  const int i = Tr - 1 - int(longest_first ? blockIdx.x / batch_heads : blockIdx.x % Tr);
+  //! [block order]
+  // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
+  const auto O = O_all + bh * n_q * d;
+  const auto L = L_all + bh * n_q;
+
+  //! [shared memory]
+  extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
+  const auto smem = reinterpret_cast<T*>(smem_bytes + (1024 - shared_address(smem_bytes) % 1024) % 1024);
+  auto Kbuf = smem;                      // kStages × K_j: (B_c, d), d/64 column blocks of swizzled 128-byte rows
+  auto Vbuf = Kbuf + kStages * Bc * d;   // kStages × V_j: (B_c, d), the same layout
+  auto Qi = Vbuf + kStages * Bc * d;     // Q_i: (B_r, d), the same layout
+  __shared__ uint64_t q_full, k_full[kStages], v_full[kStages];  // a tile has landed: Q_i, each stage's K_j, V_j
+  __shared__ uint64_t k_empty[kStages], v_empty[kStages];  // the consumers are done with a stage's K_j, V_j
+  //! [shared memory]
+  //! [registers]
+  float Oi[kRows][kOCols];    // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
+  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col(n)
+  //! [registers]
+  // m_i (base 2) and l_i (this lane's part) of the thread's 2 rows: touched once a tile, so they
+  // wait in shared memory, a slot per thread, and leave the registers to O_i and S_ij.
+  __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
+
+  //! [algorithm 1]
+  // Line 3: query tiles, in parallel: T_r blocks per (b, h), one tile each.
+  {
+    const int q0 = i * Br, rows = min(Br, n_q - q0);
+    // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
+    const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
+    // Lines 4–5: one thread asks for Q_i and K_0, V_0 (stage 0); O_i = 0 in registers,
+    // l_i = 0 and m_i = −∞ in their shared-memory slots.
+    if (tid == 0) {
+      for (uint64_t* barrier : {&q_full, &k_full[0], &k_full[1], &v_full[0], &v_full[1]}) barrier_init(barrier, 1);
+      for (uint64_t& barrier : k_empty) barrier_init(&barrier, kWarps);  // one arrival a consumer warp
+      for (uint64_t& barrier : v_empty) barrier_init(&barrier, kWarps);
+      common::cuda::barrier_init_fence();
+      tma_load_tile<d, Br>(Qi, &Q_map, q0, int(bh), &q_full);
+      tma_load_tile<d, Bc>(Kbuf, &K_map, 0, int(bh), &k_full[0]);
+      tma_load_tile<d, Bc>(Vbuf, &V_map, 0, int(bh), &v_full[0]);
+    }
+#pragma unroll
+    for (int t = 0; t < kRows; ++t) {
+#pragma unroll
+      for (int n = 0; n < kOCols; ++n) Oi[t][n] = 0.0f;
+      li[t][tid] = 0.0f;
+      mi[t][tid] = -INFINITY;
+    }
+    __syncthreads();  // the barriers are initialised before anyone waits on them
+    barrier_wait(&q_full, 0);
+    if (scale <= 0.0f) sign_tile<d>(Qi, Br, scale);
+    __syncthreads();  // Q_i's signs, if any, are in before anyone reads it
+    //! [producer]
+    if (warp >= kWarps) {  // the producer warpgroup: one thread issues line 7 for tiles 1 … T_c − 1
+      registers_down<kProducerRegisters>();
+      for (int j = 1; tid == kWarps * kWarpSize && j < Tc; ++j) {
+        const int stage = j % kStages;  // its (j / kStages)-th use: wait for the consumers' release of the last
+        if (j >= kStages) barrier_wait(&k_empty[stage], (j / kStages - 1) % 2);
+        tma_load_tile<d, Bc>(Kbuf + stage * Bc * d, &K_map, j * Bc, int(bh), &k_full[stage]);
+        if (j >= kStages) barrier_wait(&v_empty[stage], (j / kStages - 1) % 2);
+        tma_load_tile<d, Bc>(Vbuf + stage * Bc * d, &V_map, j * Bc, int(bh), &v_full[stage]);
+      }
+      return;
+    }
+    //! [producer]
+    registers_up<Tiles<d>::kConsumerRegisters>();
+    uint32_t P[Bc / 16][kMTiles][4];  // P̃_i,j−1 as A fragments: its product runs under S_ij's softmax
+    float alpha[kRows];               // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
+    const auto issue_S = [&](int j) {  // line 8 for tile j, queued on the tensor cores
+      const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
+      const T* Kj = Kbuf + stage * Bc * d;  // K_j: this tile's stage
+      barrier_wait(&k_full[stage], parity);  // K_j has landed
+
+      //! [S on wgmma]
+      // Line 8: S_ij = Q_i K_jᵀ on the tensor cores: per 16 of d, one wgmma of the warpgroup's
+      // 64 rows of Q_i (A) by all B_c keys of K_j (B), both from shared memory, into S_ij = 0.
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) {
+#pragma unroll
+        for (int n = 0; n < kSCols; ++n) Sij[t][n] = 0.0f;
+      }
+      fence_operand(Sij);
+      wgmma_fence();  // the zeros are written before the wgmmas read them
+#pragma unroll
+      for (int k = 0; k < d; k += 16) {
+        wgmma_ss<T, Bc>(Sij, k_major_sw128(shared_address(Qi) + wg * 64 * 128, Br, k),
+                        k_major_sw128(shared_address(Kj), Bc, k), 1);
+      }
+      wgmma_commit();
+      //! [S on wgmma]
+    };
+    const auto softmax = [&](int j) {  // line 9 for tile j, once S_ij is in the registers
+      fence_operand(Sij);
+      if (lane == 0) barrier_arrive(&k_empty[j % kStages]);  // this warp is done with K_j
+      const int kv0 = j * Bc, cols = min(Bc, n_kv - kv0);  // the last tile may be short
+      // Hidden entries (past N_kv, or above the causal diagonal) are −∞. Only a tile
+      // that crosses the diagonal or the end of K has any; rows past N_q are never stored.
+      if (kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0)) {
+#pragma unroll
+        for (int t = 0; t < kRows; ++t) {
+          const int visible = causal ? min(cols, q0 + row(t) - kv0 + 1) : cols;  // keys kv0 … kv0 + visible − 1
+#pragma unroll
+          for (int n = 0; n < kSCols; ++n) {
+            if (col(n) >= visible) Sij[t][n] = -INFINITY;
+          }
+        }
+      }
+
+      //! [softmax]
+      // Line 9, 4 lanes per row, in base 2 with the scale s = scale_log2 applied inside the
+      // exponentials: m_new = max(m_i, s · rowmax(S_ij)), P̃_ij = 2^(s · S_ij − m_new) in place (one
+      // fma and one ex2 an entry), l_i ← 2^(m_i − m_new) l_i + rowsum(P̃_ij); O_i's rescale, kept.
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) {
+        float m_tilde = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kSCols; ++n) m_tilde = fmaxf(m_tilde, Sij[t][n]);
+        m_tilde = row_max(m_tilde);
+        // Every row sees key 0 in tile j = 0, so m_new is finite from then on.
+        const float m_new = fmaxf(mi[t][tid], scale_log2 * m_tilde);
+        float l_tilde = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kSCols; ++n) {
+          Sij[t][n] = common::cuda::exp2_ftz(fmaf(Sij[t][n], scale_log2, -m_new));  // hidden: 2^−∞ = 0
+          l_tilde += Sij[t][n];
+        }
+        {  // in every lane: each keeps the row's m_i and its own part of l_i
+          alpha[t] = common::cuda::exp2_ftz(mi[t][tid] - m_new);  // FA2's only rescale; 0 in tile 0 (m_i = −∞)
+          li[t][tid] = alpha[t] * li[t][tid] + l_tilde;
+          mi[t][tid] = m_new;
+        }
+      }
+      //! [softmax]
+    };
+    const auto rescale_and_pack = [&] {  // once P̃_i,j−1 V_j−1 is in O_i: O_i's rescale, P̃_ij packed
+      fence_operand(Oi);
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) {
+#pragma unroll
+        for (int n = 0; n < kOCols; ++n) Oi[t][n] *= alpha[t];
+      }
+      //! [P in registers]
+      // Line 10: O_i ← O_i + P̃_ij V_j, no division, on the tensor cores. Per 16 keys c … c + 15,
+      // a thread's 4 columns of P̃_ij among them, rows row(0) and row(1), rounded to T in pairs,
+      // are wgmma's A fragment (wgmma.hpp, a_m64k16), as they were mma's; B is V_j, d contiguous.
+#pragma unroll
+      for (int c = 0; c < Bc; c += 16) {
+        const int n0 = c / kColLanes;  // this thread's first column index among keys c … c + 15
+        uint32_t (&p)[kMTiles][4] = P[c / 16];
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          const float* s0 = Sij[2 * m];
+          const float* s1 = Sij[2 * m + 1];
+          p[m][0] = common::cuda::pack2<T>(s0[n0], s0[n0 + 1]);
+          p[m][1] = common::cuda::pack2<T>(s1[n0], s1[n0 + 1]);
+          p[m][2] = common::cuda::pack2<T>(s0[n0 + 2], s0[n0 + 3]);
+          p[m][3] = common::cuda::pack2<T>(s1[n0 + 2], s1[n0 + 3]);
+        }
+      }
+      //! [P in registers]
+    };
+    const auto issue_PV = [&](int j) {  // line 10 for tile j: O_i ← O_i + P̃_ij V_j, queued
+      const T* Vj = Vbuf + (j % kStages) * Bc * d;
+      barrier_wait(&v_full[j % kStages], (j / kStages) % 2);  // V_j has landed
+      fence_operand(Oi);
+      wgmma_fence();  // O_i's rescale and P̃_ij are written before the wgmmas read them
+#pragma unroll
+      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, P[c / 16][0], mn_major_sw128(shared_address(Vj), Bc, c), 1);
+      wgmma_commit();
+    };
+    const auto PV_done = [&](int j) {  // this warp's P̃_ij V_j is in O_i: V_j goes back to the producer
+      wgmma_wait<0>();
+      fence_operand(Oi);
+      if (lane == 0) barrier_arrive(&v_empty[j % kStages]);
+    };
+    //! [overlap]
+    // Turns in a ring: warpgroup w issues its wgmmas when named barrier kTurn + w opens (its 128
+    // threads and the 128 that open it), then opens the next one's; the last opens warpgroup 0's
+    // first. Each warpgroup's softmax then runs while the others' products do.
+    const auto my_turn = [&] { named_barrier_sync(kTurn + wg, 2 * 128); };
+    const auto your_turn = [&] { named_barrier_arrive(kTurn + (wg + 1) % kConsumers, 2 * 128); };
+    if (wg == kConsumers - 1) named_barrier_arrive(kTurn, 2 * 128);
+    my_turn();
+    issue_S(0);
+    your_turn();
+    wgmma_wait<0>();
+    softmax(0);
+    rescale_and_pack();
+    for (int j = 1; j < Tc; ++j) {  // line 6: S_ij is issued with P̃_i,j−1 V_j−1 behind it
+      my_turn();
+      issue_S(j);
+      issue_PV(j - 1);
+      your_turn();
+      wgmma_wait<1>();  // S_ij is in; P̃_i,j−1 V_j−1 still runs under the softmax
+      softmax(j);
+      PV_done(j - 1);
+      rescale_and_pack();
+    }
+    my_turn();
+    issue_PV(Tc - 1);
+    if (wg < kConsumers - 1) your_turn();  // warpgroup 0 has no later turn for the last to open
+    PV_done(Tc - 1);
+    //! [overlap]
+    // Lines 12–14: O_i ← diag(l_i)⁻¹ O_i and L_i = m_i + log l_i, each written to HBM once.
+#pragma unroll
+    for (int t = 0; t < kRows; ++t) {
+      const int r = row(t);
+      const float l_row = row_sum(li[t][tid]), inv_l = 1.0f / l_row;  // the 4 lanes' parts of l_i, added once
+      if (r >= rows) continue;  // a row past the tile: never stored
+#pragma unroll
+      for (int n = 0; n < kOCols; n += 2) {  // two neighbouring columns, rounded to T, in one 4-byte store
+        *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
+            common::cuda::pack2<T>(Oi[t][n] * inv_l, Oi[t][n + 1] * inv_l);
+      }
+      if (col_lane == 0) L[q0 + r] = mi[t][tid] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+    }
+  }
+  //! [algorithm 1]
+}
+//! [kernel]
+
+//! [launch]
+/// Launches the kernel for element type T and head dimension d: one block of
+/// Tiles<d>::kThreads threads per (query tile, batch·head) on a 1-D grid (any B·H fits),
+/// the shared memory of Tiles<d> (raised above the default 48 KB), a tensor map each for Q, K, V.
+template <class T, int d>
+void launch(const common::DeviceArgs& a) {
+  const common::Shape& shape = a.shape;
+  const auto map = [&](const void* x, int64_t n, int rows) {
+    return common::cuda::make_tensor_map(x, std::is_same_v<T, __half>, shape.batch_heads(), n, d, rows);
+  };
+  const dim3 grid(unsigned((shape.seq_q + Tiles<d>::Br - 1) / Tiles<d>::Br * shape.batch_heads()));
+  const dim3 block(Tiles<d>::kThreads);
+  const size_t shared_bytes = Tiles<d>::smem_bytes;
+  CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  attention_kernel<T, d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
+      map(a.q, shape.seq_q, Tiles<d>::Br), map(a.k, shape.seq_kv, Tiles<d>::Bc), map(a.v, shape.seq_kv, Tiles<d>::Bc),
+      a.o_as<T>(), a.lse, int(shape.seq_q),
+      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+  CUDA_CHECK_LAUNCH();
+}
+//! [launch]
+
+/// The tiles and the compiler's resources of the kernel for head dimension d (bf16; fp16's are the same);
+/// `registers` is the count at entry, before setmaxnreg moves them between the warpgroups' roles.
+template <int d>
+common::Figures resources() {
+  return common::cuda::kernel_resources(attention_kernel<__nv_bfloat16, d>, Tiles<d>::kThreads,
+                                        Tiles<d>::smem_bytes, {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br},
+                                         {"consumer_warpgroups", Tiles<d>::kConsumers},  // by role: setmaxnreg's
+                                         {"consumer_registers", Tiles<d>::kConsumerRegisters},
+                                         {"producer_registers", kProducerRegisters}});
+}
+
+}  // namespace
+
+common::StepInfo describe() {
+  common::GpuKernel kernel;
+  kernel.launch = [](const common::DeviceArgs& a) {
+    HeadDims::dispatch(a.shape.head_dim, [&](auto d) {
+      if (a.precision == common::Precision::fp16) launch<__half, d()>(a); else launch<__nv_bfloat16, d()>(a);
+    });
+  };
+  kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
+  kernel.compute_capability = 90;  // sm_90a machine code: wgmma exists on Hopper alone
+  return common::cuda::gpu_step(
+      "step21_tiles_by_head_dim",
+      "The tiles by head dimension on Hopper: three consumer warpgroups, B_r = 192, at d = 64; two at d = 128 (sm_90a)",
+      HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
+}
+
+common::Result attention_forward(const common::Problem& problem, const common::Options& options) {
+  return describe().forward(problem, options);
+}
+
+}  // namespace step21
