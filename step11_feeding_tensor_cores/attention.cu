@@ -24,6 +24,7 @@
 #include "common/cuda/convert.cuh"
 #include "common/cuda/cp_async.cuh"
 #include "common/cuda/cuda_check.cuh"
+#include "common/cuda/exp2.cuh"
 #include "common/cuda/fragments.hpp"
 #include "common/cuda/gpu_step.cuh"
 #include "common/cuda/mma.cuh"
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   // The rows and columns each lane addresses for ldmatrix: A (Q_i) and .trans B (V_j); B from K_j.
   const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
-  const float scale_log2 = scale * 1.4426950408889634f;  // scale · log2(e): S_ij in base 2
+  const float scale_log2 = scale * common::cuda::kLog2e;  // scale · log2(e): S_ij in base 2
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
   const size_t bh = blockIdx.x % batch_heads;
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
             common::cuda::pack2<T>(Oi[t][n] / l_row, Oi[t][n + 1] / l_row);
       }
-      if (col_lane == 0) L[q0 + r] = mi[t] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+      if (col_lane == 0) L[q0 + r] = mi[t] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
   }
   //! [algorithm 1]

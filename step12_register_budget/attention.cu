@@ -1,18 +1,11 @@
 /// \file step12_register_budget/attention.cu
-/// \brief Step 12 — FlashAttention-2 on the tensor cores at FlashAttention-2's speed: the registers spent on the tiles.
+/// \brief Step 12 — the register budget: twice the keys a tile, m_i and l_i in shared memory.
 ///
-/// This step extends step 11 by spending a thread's 255 registers on the tiles, S_ij
-/// and O_i, so that B_c doubles, and by taking out of the loop what need not be there:
-///  1. B_c = 64 at d = 128 and 128 at d ≤ 64 (step 11: 32 and 64). A thread's 4 rows of
-///     S_ij and O_i then take B_c + d = 192 of its registers; m_i and l_i, touched once
-///     a tile, move to shared memory to make room. Each K/V tile's barrier, maxima and
-///     rescale of O_i now serve twice the keys.
-///  2. Fewer instructions an entry of S_ij: the scale goes inside the exponential's
-///     fma (one fma and one ex2 an entry), and the ex2 flushes subnormal results to
-///     zero (ex2.approx.ftz), which spares three instructions around each one.
-///  3. The blocks run in an order that suits the mask: causal tiles longest first
-///     (step 11's order); without the mask, one head's tiles side by side, sharing
-///     its K and V in L2.
+/// This step extends step 11 by spending a thread's 255 registers on the tiles, S_ij and
+/// O_i, so that B_c doubles: 64 at d = 128 and 128 at d ≤ 64 (step 11: 32 and 64). A
+/// thread's 4 rows of S_ij and O_i then take B_c + d = 192 of its registers; m_i and l_i,
+/// touched once a tile, move to shared memory, a slot per thread, to make room without a
+/// spill. Each K/V tile's barrier, row maxima and rescale of O_i now serve twice the keys.
 ///
 /// Run: build/bin/step12_register_budget --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
 ///      build/bin/step12_register_budget --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
@@ -45,6 +38,9 @@ using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instant
 // (groupID, threadID_in_group). The 4 lanes of a quad share a row; a thread owns 4 rows,
 // 2 in each of its warp's two 16-row mma tiles (kMTiles).
 constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 4, kMTiles = 2;
+// The register budget: of a thread's 255 registers, its fp32 accumulators of S_ij and O_i take
+// at most this many; the rest hold fragments, addresses and the softmax's temporaries.
+constexpr int kAccumulatorRegisters = 192;
 
 /// The tiles for head dimension d: a warp's 32 rows are two mmas' M, so
 /// B_r = 4 warps · 32 = 128. A thread holds 4 × B_c/4 of S_ij and 4 × d/4 of O_i
@@ -53,6 +49,7 @@ template <int d>
 struct Tiles {
   static constexpr int Bc = d <= 64 ? 128 : 64;  // keys: as many as the registers hold beside O_i
   static constexpr int Br = kWarps * kRowLanes * kRowsPerThread;
+  static_assert(kRowsPerThread * (Bc + d) / kColLanes <= kAccumulatorRegisters, "S_ij and O_i spill");
   static constexpr int ld = d + kPad;  // row stride of Q_i, K_j, V_j in shared memory
   /// Shared memory: kStages × K_j, V_j (B_c, ld); Q_i (B_r, ld); 2 bytes an element.
   static constexpr size_t smem_bytes = (size_t(2) * kStages * Bc * ld + size_t(Br) * ld) * 2;
@@ -91,22 +88,6 @@ __device__ void load_tile(T* tile, const T* matrix, int row0, int B, int n_rows)
 }
 //! [load tile]
 
-//! [sign]
-/// Multiplies by sign(scale) (−1 or 0) the elements of a (B, ld) tile that this
-/// thread's load_tile copies wrote, once they have landed: no other thread touches them.
-template <int d, class T>
-__device__ void sign_tile(T* tile, int B, float scale) {
-  constexpr int ld = Tiles<d>::ld;
-  const T sign = scale < 0.0f ? T(-1.0f) : T(0.0f);
-#pragma unroll
-  for (int e = threadIdx.x; e < B * d / 8; e += kThreads) {
-    T* chunk = tile + (e / (d / 8)) * ld + 8 * (e % (d / 8));
-#pragma unroll
-    for (int k = 0; k < 8; ++k) chunk[k] = chunk[k] * sign;
-  }
-}
-//! [sign]
-
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
 template <class T, int d>  // T: __nv_bfloat16 or __half
@@ -124,19 +105,10 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   // The rows and columns each lane addresses for ldmatrix: A (Q_i) and .trans B (V_j); B from K_j.
   const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
-  // |scale| · log2(e): S_ij in base 2. A scale that is not positive goes into Q_i instead (its
-  // sign, exact in 16 bits: sign_tile), so this factor is positive and a row's largest scaled
-  // score is this factor times its largest S_ij: the scale is applied inside each exponential.
-  const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
+  const float scale_log2 = scale * common::cuda::kLog2e;  // scale · log2(e): S_ij in base 2
 
-  //! [block order]
-  // This block's head and query tile. Causal tiles differ in length, so the longest tiles of
-  // every head go first; tiles without the mask are all alike, so one head's tiles run side
-  // by side and share its K and V in L2.
-  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
-  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
-  //! [block order]
-  // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
+  // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
+  const size_t bh = blockIdx.x % batch_heads;
   const auto Q = Q_all + bh * n_q * d;
   const auto K = K_all + bh * n_kv * d;
   const auto V = V_all + bh * n_kv * d;
@@ -159,8 +131,9 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
 
   //! [algorithm 1]
-  // Line 3: query tiles, in parallel: T_r blocks per (b, h), one tile each.
-  {
+  // Line 3: query tiles, in parallel: T_r blocks per (b, h), the longest causal tiles of
+  // every head first; with this grid each block takes one tile and the loop runs once.
+  for (int i = Tr - 1 - int(blockIdx.x) / batch_heads; i >= 0; i -= int(gridDim.x) / batch_heads) {
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
@@ -189,7 +162,6 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       } else {
         common::cuda::cp_async_wait<0>();
       }
-      if (j == 0 && scale <= 0.0f) sign_tile<d>(Qi, Br, scale);  // this thread's own copies of Q_i
       __syncthreads();  // every thread's copies of tile j have landed before anyone reads them
 
       //! [two tiles a warp]
@@ -222,21 +194,19 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       //! [two tiles a warp]
       // Hidden entries (past N_kv, or above the causal diagonal) are −∞. Only a tile
       // that crosses the diagonal or the end of K has any; rows past N_q are never stored.
-      if (kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0)) {
+      const bool masked = kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0);
 #pragma unroll
-        for (int t = 0; t < kRows; ++t) {
-          const int visible = causal ? min(cols, q0 + row(t) - kv0 + 1) : cols;  // keys kv0 … kv0 + visible − 1
+      for (int t = 0; t < kRows; ++t) {
 #pragma unroll
-          for (int n = 0; n < kSCols; ++n) {
-            if (col(n) >= visible) Sij[t][n] = -INFINITY;
-          }
+        for (int n = 0; n < kSCols; ++n) {
+          const int r = row(t), c = col(n);
+          const bool visible = !masked || (c < cols && !(causal && kv0 + c > q0 + r));
+          Sij[t][n] = visible ? scale_log2 * Sij[t][n] : -INFINITY;
         }
       }
 
-      //! [softmax]
-      // Line 9, 4 lanes per row, in base 2 with the scale s = scale_log2 applied inside the
-      // exponentials: m_new = max(m_i, s · rowmax(S_ij)), P̃_ij = 2^(s · S_ij − m_new) in place (one
-      // fma and one ex2 an entry), l_i ← 2^(m_i − m_new) l_i + rowsum(P̃_ij); O_i's rescale.
+      // Line 9, 4 lanes per row, in base 2: m_new = max(m_i, rowmax(S_ij)), P̃_ij = 2^(S_ij − m_new)
+      // in place, l_i ← 2^(m_i − m_new) l_i + rowsum(P̃_ij); and O_i's rescale by 2^(m_i − m_new).
 #pragma unroll
       for (int t = 0; t < kRows; ++t) {
         float m_tilde = -INFINITY;
@@ -244,22 +214,21 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         for (int n = 0; n < kSCols; ++n) m_tilde = fmaxf(m_tilde, Sij[t][n]);
         m_tilde = row_max(m_tilde);
         // Every row sees key 0 in tile j = 0, so m_new is finite from then on.
-        const float m_new = fmaxf(mi[t][tid], scale_log2 * m_tilde);
+        const float m_new = fmaxf(mi[t][tid], m_tilde);
         float l_tilde = 0.0f;
 #pragma unroll
         for (int n = 0; n < kSCols; ++n) {
-          Sij[t][n] = common::cuda::exp2_ftz(fmaf(Sij[t][n], scale_log2, -m_new));  // hidden: 2^−∞ = 0
+          Sij[t][n] = exp2f(Sij[t][n] - m_new);  // hidden entries: 2^−∞ = 0
           l_tilde += Sij[t][n];
         }
         {  // in every lane: each keeps the row's m_i and its own part of l_i
-          const float alpha = common::cuda::exp2_ftz(mi[t][tid] - m_new);  // FA2's only rescale; 0 in tile 0 (m_i = −∞)
+          const float alpha = exp2f(mi[t][tid] - m_new);  // FA2's only rescale; 0 in tile 0 (m_i = −∞)
           li[t][tid] = alpha * li[t][tid] + l_tilde;
           mi[t][tid] = m_new;
 #pragma unroll
           for (int n = 0; n < kOCols; ++n) Oi[t][n] *= alpha;
         }
       }
-      //! [softmax]
 
       //! [P in registers]
       // Line 10: O_i ← O_i + P̃_ij V_j, no division, on the tensor cores. Per 16 keys c … c + 15,
@@ -301,14 +270,14 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
       const int r = row(t);
-      const float l_row = row_sum(li[t][tid]), inv_l = 1.0f / l_row;  // the 4 lanes' parts of l_i, added once
+      const float l_row = row_sum(li[t][tid]);  // the 4 lanes' parts of l_i, added once
       if (r >= rows) continue;  // a row past the tile: never stored
 #pragma unroll
       for (int n = 0; n < kOCols; n += 2) {  // two neighbouring columns, rounded to T, in one 4-byte store
         *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
-            common::cuda::pack2<T>(Oi[t][n] * inv_l, Oi[t][n + 1] * inv_l);
+            common::cuda::pack2<T>(Oi[t][n] / l_row, Oi[t][n + 1] / l_row);
       }
-      if (col_lane == 0) L[q0 + r] = mi[t][tid] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+      if (col_lane == 0) L[q0 + r] = mi[t][tid] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
   }
   //! [algorithm 1]
@@ -351,7 +320,7 @@ common::StepInfo describe() {
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
   return common::cuda::gpu_step(
       "step12_register_budget",
-      "FlashAttention-2 on the tensor cores, the registers spent on the tiles: B_c = 64 at d = 128, 128 at d <= 64",
+      "FlashAttention-2 on the tensor cores, the register budget: B_c = 64 at d = 128, 128 at d <= 64",
       HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
 }
 

@@ -1,11 +1,11 @@
 /// \file step15_tma/attention.cu
-/// \brief Step 13 — the tiles by Hopper's copy engine (TMA), completion on mbarriers.
+/// \brief Step 15 — the tiles by Hopper's copy engine (TMA), completion on mbarriers.
 ///
-/// This step extends step 12 by handing the copies to the tensor memory accelerator:
+/// This step extends step 14 by handing the copies to the tensor memory accelerator:
 /// one thread asks for a whole tile of Q_i, K_j or V_j (common/cuda/tma.cuh), the copy
 /// engine lands it 128-byte swizzled, rows past N as zeros, and counts its bytes on a
 /// shared-memory barrier the threads wait on. ldmatrix follows the swizzle. The
-/// arithmetic is step 12's; d = 64 and 128 (whole 128-byte rows).
+/// arithmetic is step 14's; d = 64 and 128 (whole 128-byte rows).
 ///
 /// Run: build/bin/step15_tma --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
 ///      build/bin/step15_tma --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
@@ -20,6 +20,7 @@
 #include "common/cuda/fragments.hpp"
 #include "common/cuda/gpu_step.cuh"
 #include "common/cuda/mma.cuh"
+#include "common/cuda/scale_sign.cuh"
 #include "common/cuda/tma.cuh"
 
 namespace step15 {
@@ -66,23 +67,11 @@ __device__ float row_sum(float x) {
 using common::cuda::ldmatrix_x4;
 using common::cuda::mma_m16n8k16;
 using common::mma::RowCol;
-using namespace common::cuda;  // the TMA and mbarrier wrappers (tma.cuh)
+using common::cuda::barrier_init;
+using common::cuda::barrier_wait;
+using common::cuda::shared_address;
+using common::cuda::tma_load_tile;
 using namespace common::tma;   // the tile layout (tensor_map.hpp)
-
-//! [sign]
-/// Multiplies by sign(scale) (−1 or 0) every element of a (B, d) tile, once it has
-/// landed, a share per thread.
-template <int d, class T>
-__device__ void sign_tile(T* tile, int B, float scale) {
-  const T sign = scale < 0.0f ? T(-1.0f) : T(0.0f);
-#pragma unroll
-  for (int e = threadIdx.x; e < B * d / 8; e += kThreads) {
-    T* chunk = tile + 8 * e;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) chunk[k] = chunk[k] * sign;
-  }
-}
-//! [sign]
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
@@ -102,21 +91,10 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
   const uint32_t a_lane = lane_offset(a_at.row, a_at.col), k_lane = lane_offset(k_at.row, k_at.col);  // swizzled
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
-  // |scale| · log2(e): S_ij in base 2. A scale that is not positive goes into Q_i instead (its
-  // sign, exact in 16 bits: sign_tile), so this factor is positive and a row's largest scaled
-  // score is this factor times its largest S_ij: the scale is applied inside each exponential.
-  const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
+  // |scale| · log2 e: S_ij in base 2, the scale applied inside each exponential. A scale that
+  // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
+  const float scale_log2 = common::cuda::exp2_factor(scale);
 
-  //! [block order]
-  // This block's head and query tile. Causal tiles differ in length, so the longest tiles of
-  // every head go first; tiles without the mask are all alike, so one head's tiles run side
-  // by side and share its K and V in L2.
-  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
-  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
-  //! [block order]
-  // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
-  const auto O = O_all + bh * n_q * d;
-  const auto L = L_all + bh * n_q;
 
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
@@ -135,8 +113,11 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
 
   //! [algorithm 1]
-  // Line 3: query tiles, in parallel: T_r blocks per (b, h), one tile each.
-  {
+  // Line 3's body: query tile i of head bh. Which tile this block takes is the block order, below.
+  const auto query_tile = [&](size_t bh, int i) {
+    // O: (N_q, d); L: (N_q) in global memory: head bh's (Q, K, V come through the tensor maps).
+    const auto O = O_all + bh * n_q * d;
+    const auto L = L_all + bh * n_q;
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
@@ -158,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     barrier_wait(&q_full, 0);
-    if (scale <= 0.0f) sign_tile<d>(Qi, Br, scale);  // seen by all after tile 0's barrier
+    if (scale <= 0.0f) common::cuda::fold_scale_sign<kThreads, d, d>(Qi, Br, scale);  // seen by all after tile 0's barrier
     for (int j = 0; j < Tc; ++j) {  // line 6: K/V tiles, the inner loop
       const int kv0 = j * Bc, cols = min(Bc, n_kv - kv0);  // the last tile may be short
       const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
@@ -290,9 +271,17 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
             common::cuda::pack2<T>(Oi[t][n] * inv_l, Oi[t][n + 1] * inv_l);
       }
-      if (col_lane == 0) L[q0 + r] = mi[t][tid] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+      if (col_lane == 0) L[q0 + r] = mi[t][tid] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
-  }
+  };
+  //! [block order]
+  // Line 3: query tiles, in parallel, one a block. Causal tiles differ in length, so the longest
+  // tiles of every head go first; tiles without the mask are all alike, so one head's tiles run
+  // side by side and share its K and V in L2.
+  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
+  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
+  query_tile(bh, i);
+  //! [block order]
   //! [algorithm 1]
 }
 //! [kernel]
@@ -338,7 +327,7 @@ common::StepInfo describe() {
   kernel.compute_capability = 90;  // built for sm_90a, as the Hopper steps after it
   return common::cuda::gpu_step(
       "step15_tma",
-      "Step 12's kernel, its tiles copied by Hopper's TMA, 128-byte swizzled, completion on mbarriers (sm_90a)",
+      "Step 14's kernel, its tiles copied by Hopper's TMA, 128-byte swizzled, completion on mbarriers (sm_90a)",
       HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
 }
 

@@ -1,7 +1,7 @@
 /// \file step16_wgmma/attention.cu
-/// \brief Step 14 — Hopper's warpgroup tensor-core instruction, wgmma (sm_90a).
+/// \brief Step 16 — Hopper's warpgroup tensor-core instruction, wgmma (sm_90a).
 ///
-/// This step extends step 13 by computing on wgmma: a warpgroup, 4 warps, multiplies its
+/// This step extends step 15 by computing on wgmma: a warpgroup, 4 warps, multiplies its
 /// 64 rows of Q_i by all B_c = 128 keys of K_j with one instruction per 16 of d, both
 /// read from shared memory through descriptors (no ldmatrix), and adds P̃_ij V_j to O_i
 /// with P̃_ij from its registers. The instruction is asynchronous: issued, committed,
@@ -20,6 +20,7 @@
 #include "common/cuda/fragments.hpp"
 #include "common/cuda/gpu_step.cuh"
 #include "common/cuda/mma.cuh"
+#include "common/cuda/scale_sign.cuh"
 #include "common/cuda/tma.cuh"
 #include "common/cuda/wgmma.cuh"
 #include "common/cuda/wgmma.hpp"
@@ -38,11 +39,11 @@ using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation e
 //! [tiles]
 // A warp's 16 rows of its warpgroup's 64 are 8 × 4 lanes, the mma's C layout, which wgmma's
 // accumulator repeats every 8 columns (common/cuda/wgmma.cuh): a thread owns 2 rows, one tile.
-constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2, kMTiles = 1;
+constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2;
 
 /// The tiles for head dimension d: a warpgroup's 64 rows are one wgmma's M, so
 /// B_r = 8 warps · 16 = 128. A thread holds 2 × B_c/4 of S_ij and 2 × d/4 of O_i
-/// in fp32 registers: half of step 13's rows, so B_c = 128 at every d.
+/// in fp32 registers: half of step 15's rows, so B_c = 128 at every d.
 template <int d>
 struct Tiles {
   static constexpr int Bc = 128;  // keys: one wgmma's N for S_ij
@@ -66,24 +67,18 @@ __device__ float row_sum(float x) {
 
 using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
 using common::wgmma::mn_major_sw128;
-using namespace common::cuda;  // the TMA and mbarrier wrappers (tma.cuh)
+using common::cuda::barrier_init;
+using common::cuda::barrier_wait;
+using common::cuda::fence_async_shared;
+using common::cuda::fence_operand;
+using common::cuda::shared_address;
+using common::cuda::tma_load_tile;
+using common::cuda::wgmma_commit;
+using common::cuda::wgmma_fence;
+using common::cuda::wgmma_rs;
+using common::cuda::wgmma_ss;
+using common::cuda::wgmma_wait;
 using namespace common::tma;   // the tile layout (tensor_map.hpp)
-
-//! [sign]
-/// Multiplies by sign(scale) (−1 or 0) every element of a (B, d) tile, once it has
-/// landed, a share per thread.
-template <int d, class T>
-__device__ void sign_tile(T* tile, int B, float scale) {
-  const T sign = scale < 0.0f ? T(-1.0f) : T(0.0f);
-#pragma unroll
-  for (int e = threadIdx.x; e < B * d / 8; e += kThreads) {
-    T* chunk = tile + 8 * e;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) chunk[k] = chunk[k] * sign;
-  }
-  fence_async_shared();  // wgmma reads shared memory through the async proxy
-}
-//! [sign]
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
@@ -101,21 +96,10 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
   const int wg = warp / 4;  // this thread's warpgroup: rows 64·wg … 64·wg + 63 of the tile
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
-  // |scale| · log2(e): S_ij in base 2. A scale that is not positive goes into Q_i instead (its
-  // sign, exact in 16 bits: sign_tile), so this factor is positive and a row's largest scaled
-  // score is this factor times its largest S_ij: the scale is applied inside each exponential.
-  const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
+  // |scale| · log2 e: S_ij in base 2, the scale applied inside each exponential. A scale that
+  // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
+  const float scale_log2 = common::cuda::exp2_factor(scale);
 
-  //! [block order]
-  // This block's head and query tile. Causal tiles differ in length, so the longest tiles of
-  // every head go first; tiles without the mask are all alike, so one head's tiles run side
-  // by side and share its K and V in L2.
-  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
-  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
-  //! [block order]
-  // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
-  const auto O = O_all + bh * n_q * d;
-  const auto L = L_all + bh * n_q;
 
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
@@ -134,8 +118,11 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
 
   //! [algorithm 1]
-  // Line 3: query tiles, in parallel: T_r blocks per (b, h), one tile each.
-  {
+  // Line 3's body: query tile i of head bh. Which tile this block takes is the block order, below.
+  const auto query_tile = [&](size_t bh, int i) {
+    // O: (N_q, d); L: (N_q) in global memory: head bh's (Q, K, V come through the tensor maps).
+    const auto O = O_all + bh * n_q * d;
+    const auto L = L_all + bh * n_q;
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
@@ -157,7 +144,10 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     barrier_wait(&q_full, 0);
-    if (scale <= 0.0f) sign_tile<d>(Qi, Br, scale);  // seen by all after tile 0's barrier
+    if (scale <= 0.0f) {  // sign(scale) into Q_i (common/cuda/scale_sign.cuh)
+      common::cuda::fold_scale_sign<kThreads, d, d>(Qi, Br, scale);
+      fence_async_shared();  // wgmma reads shared memory through the async proxy
+    }
     for (int j = 0; j < Tc; ++j) {  // line 6: K/V tiles, the inner loop
       const int kv0 = j * Bc, cols = min(Bc, n_kv - kv0);  // the last tile may be short
       const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
@@ -182,8 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       wgmma_fence();  // the zeros are written before the wgmmas read them
 #pragma unroll
       for (int k = 0; k < d; k += 16) {
-        wgmma_ss<T, Bc>(Sij, k_major_sw128(shared_address(Qi) + wg * 64 * 128, Br, k),
-                        k_major_sw128(shared_address(Kj), Bc, k), 1);
+        wgmma_ss<T, Bc>(Sij, k_major_sw128(shared_address(Qi + wg * common::cuda::kWarpgroupRows * kBoxCols), Br, k),
+                        k_major_sw128(shared_address(Kj), Bc, k), common::cuda::kAccumulate);
       }
       wgmma_commit();
       wgmma_wait<0>();  // S_ij is in the registers
@@ -235,25 +225,20 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       // Line 10: O_i ← O_i + P̃_ij V_j, no division, on the tensor cores. Per 16 keys c … c + 15,
       // a thread's 4 columns of P̃_ij among them, rows row(0) and row(1), rounded to T in pairs,
       // are wgmma's A fragment (wgmma.hpp, a_m64k16), as they were mma's; B is V_j, d contiguous.
-      uint32_t P[Bc / 16][kMTiles][4];  // all of P̃_ij as A fragments, before the first wgmma reads one
+      uint32_t Pij[Bc / 16][4];  // all of P̃_ij as A fragments, before the first wgmma reads one
 #pragma unroll
       for (int c = 0; c < Bc; c += 16) {
         const int n0 = c / kColLanes;  // this thread's first column index among keys c … c + 15
-        uint32_t (&p)[kMTiles][4] = P[c / 16];
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          const float* s0 = Sij[2 * m];
-          const float* s1 = Sij[2 * m + 1];
-          p[m][0] = common::cuda::pack2<T>(s0[n0], s0[n0 + 1]);
-          p[m][1] = common::cuda::pack2<T>(s1[n0], s1[n0 + 1]);
-          p[m][2] = common::cuda::pack2<T>(s0[n0 + 2], s0[n0 + 3]);
-          p[m][3] = common::cuda::pack2<T>(s1[n0 + 2], s1[n0 + 3]);
-        }
+        uint32_t (&p)[4] = Pij[c / 16];
+        p[0] = common::cuda::pack2<T>(Sij[0][n0], Sij[0][n0 + 1]);
+        p[1] = common::cuda::pack2<T>(Sij[1][n0], Sij[1][n0 + 1]);
+        p[2] = common::cuda::pack2<T>(Sij[0][n0 + 2], Sij[0][n0 + 3]);
+        p[3] = common::cuda::pack2<T>(Sij[1][n0 + 2], Sij[1][n0 + 3]);
       }
       fence_operand(Oi);
       wgmma_fence();  // O_i's rescale and P̃_ij are written before the wgmmas read them
 #pragma unroll
-      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, P[c / 16][0], mn_major_sw128(shared_address(Vj), Bc, c), 1);
+      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
       wgmma_commit();
       wgmma_wait<0>();
       fence_operand(Oi);
@@ -273,9 +258,17 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
             common::cuda::pack2<T>(Oi[t][n] * inv_l, Oi[t][n + 1] * inv_l);
       }
-      if (col_lane == 0) L[q0 + r] = mi[t][tid] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+      if (col_lane == 0) L[q0 + r] = mi[t][tid] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
-  }
+  };
+  //! [block order]
+  // Line 3: query tiles, in parallel, one a block. Causal tiles differ in length, so the longest
+  // tiles of every head go first; tiles without the mask are all alike, so one head's tiles run
+  // side by side and share its K and V in L2.
+  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
+  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
+  query_tile(bh, i);
+  //! [block order]
   //! [algorithm 1]
 }
 //! [kernel]

@@ -1,12 +1,12 @@
 /// \file step19_pingpong/attention.cu
-/// \brief Step 16 — overlap: the softmax of one tile runs while the tensor cores multiply.
+/// \brief Step 19 — ping-pong: the two consumer warpgroups take turns on the tensor cores.
 ///
-/// This step extends step 15 by keeping the tensor cores busy during the softmax, in two
-/// ways (FlashAttention-3's): inside a warpgroup, S_ij = Q_i K_jᵀ is issued with
-/// P̃_i,j−1 V_j−1 behind it, and the softmax of S_ij runs while that product does (O_i's
-/// rescale waits for it); between the two warpgroups, named barriers make them take
-/// turns to issue their wgmmas (ping-pong), so one's softmax meets the other's products.
-/// K_j and V_j go back to the producer separately, each once its product has read it.
+/// This step extends step 18 by scheduling the two consumer warpgroups against each other.
+/// Named barriers (bar.sync / bar.arrive, common/cuda/warpgroup.cuh) make warpgroup w issue
+/// its wgmmas only when the other has issued its own, then hand it the turn: while one
+/// warpgroup's products run on the tensor cores, the other does its softmax on the CUDA
+/// cores, and the two kinds of unit overlap across warpgroups (FlashAttention-3's
+/// inter-warpgroup overlap).
 ///
 /// Run: build/bin/step19_pingpong --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
 ///      build/bin/step19_pingpong --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
@@ -21,6 +21,7 @@
 #include "common/cuda/fragments.hpp"
 #include "common/cuda/gpu_step.cuh"
 #include "common/cuda/mma.cuh"
+#include "common/cuda/scale_sign.cuh"
 #include "common/cuda/tma.cuh"
 #include "common/cuda/warpgroup.cuh"
 #include "common/cuda/wgmma.cuh"
@@ -30,27 +31,29 @@ namespace step19 {
 
 namespace {
 
-constexpr int kThreads = 384;             // threads per block: 2 consumer warpgroups of 64 rows, 1 producer
-constexpr int kWarps = 8;                 // consumer warps per block: warps 8 … 11 are the producer
-constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;  // a thread; 128 · 24 + 256 · 240 ≤ 65536
-constexpr int kTurn = 1;                  // named barriers kTurn + w: consumer warpgroup w may issue its wgmmas
 constexpr int kWarpSize = 32;
+constexpr int kConsumerWarps = 8;         // 2 consumer warpgroups of 64 rows; warps 8 … 11 are the producer
+constexpr int kThreads = kConsumerWarps * kWarpSize + common::cuda::kWarpgroupThreads;  // threads per block
+constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;  // a thread's, once setmaxnreg has moved them
+static_assert(kConsumerWarps * kWarpSize * kConsumerRegisters + common::cuda::kWarpgroupThreads * kProducerRegisters <= common::cuda::kRegisterFile,
+              "the register budget: every warpgroup's registers fit in the register file");
+constexpr int kTurn = 1;                  // named barriers kTurn + w: consumer warpgroup w may issue its wgmmas
 constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
-static_assert(kStages == 2, "the barriers' set-up and `stage ^ 1` name exactly two stages");
+static_assert(kStages == 2, "the barriers' set-up names exactly two stages");
 using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation each: whole 128-byte rows
 
 //! [tiles]
 // A warp's 16 rows of its warpgroup's 64 are 8 × 4 lanes, the mma's C layout, which wgmma's
 // accumulator repeats every 8 columns (common/cuda/wgmma.cuh): a thread owns 2 rows, one tile.
-constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2, kMTiles = 1;
+constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2;
 
 /// The tiles for head dimension d: a warpgroup's 64 rows are one wgmma's M, so
 /// B_r = 8 warps · 16 = 128. A thread holds 2 × B_c/4 of S_ij and 2 × d/4 of O_i
-/// in fp32 registers: half of step 13's rows, so B_c = 128 at every d.
+/// in fp32 registers: half of step 15's rows, so B_c = 128 at every d.
 template <int d>
 struct Tiles {
   static constexpr int Bc = 128;  // keys: one wgmma's N for S_ij
-  static constexpr int Br = kWarps * kRowLanes * kRowsPerThread;
+  static constexpr int Br = kConsumerWarps * kRowLanes * kRowsPerThread;
   /// Shared memory: kStages × K_j, V_j (B_c, d); Q_i (B_r, d); 2 bytes an element; + 1024 to align them.
   static constexpr size_t smem_bytes = (size_t(2) * kStages * Bc * d + size_t(Br) * d) * 2 + 1024;
 };
@@ -70,24 +73,23 @@ __device__ float row_sum(float x) {
 
 using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
 using common::wgmma::mn_major_sw128;
-using namespace common::cuda;  // the TMA and mbarrier wrappers (tma.cuh)
+using common::cuda::barrier_arrive;
+using common::cuda::barrier_init;
+using common::cuda::barrier_wait;
+using common::cuda::fence_async_shared;
+using common::cuda::fence_operand;
+using common::cuda::named_barrier_arrive;
+using common::cuda::named_barrier_sync;
+using common::cuda::registers_down;
+using common::cuda::registers_up;
+using common::cuda::shared_address;
+using common::cuda::tma_load_tile;
+using common::cuda::wgmma_commit;
+using common::cuda::wgmma_fence;
+using common::cuda::wgmma_rs;
+using common::cuda::wgmma_ss;
+using common::cuda::wgmma_wait;
 using namespace common::tma;   // the tile layout (tensor_map.hpp)
-
-//! [sign]
-/// Multiplies by sign(scale) (−1 or 0) every element of a (B, d) tile, once it has
-/// landed, a share per thread.
-template <int d, class T>
-__device__ void sign_tile(T* tile, int B, float scale) {
-  const T sign = scale < 0.0f ? T(-1.0f) : T(0.0f);
-#pragma unroll
-  for (int e = threadIdx.x; e < B * d / 8; e += kThreads) {
-    T* chunk = tile + 8 * e;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) chunk[k] = chunk[k] * sign;
-  }
-  fence_async_shared();  // wgmma reads shared memory through the async proxy
-}
-//! [sign]
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
@@ -105,21 +107,10 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
   const int wg = warp / 4;  // this thread's warpgroup: rows 64·wg … 64·wg + 63 of the tile
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
-  // |scale| · log2(e): S_ij in base 2. A scale that is not positive goes into Q_i instead (its
-  // sign, exact in 16 bits: sign_tile), so this factor is positive and a row's largest scaled
-  // score is this factor times its largest S_ij: the scale is applied inside each exponential.
-  const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
+  // |scale| · log2 e: S_ij in base 2, the scale applied inside each exponential. A scale that
+  // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
+  const float scale_log2 = common::cuda::exp2_factor(scale);
 
-  //! [block order]
-  // This block's head and query tile. Causal tiles differ in length, so the longest tiles of
-  // every head go first; tiles without the mask are all alike, so one head's tiles run side
-  // by side and share its K and V in L2.
-  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
-  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
-  //! [block order]
-  // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
-  const auto O = O_all + bh * n_q * d;
-  const auto L = L_all + bh * n_q;
 
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
@@ -139,8 +130,11 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
 
   //! [algorithm 1]
-  // Line 3: query tiles, in parallel: T_r blocks per (b, h), one tile each.
-  {
+  // Line 3's body: query tile i of head bh. Which tile this block takes is the block order, below.
+  const auto query_tile = [&](size_t bh, int i) {
+    // O: (N_q, d); L: (N_q) in global memory: head bh's (Q, K, V come through the tensor maps).
+    const auto O = O_all + bh * n_q * d;
+    const auto L = L_all + bh * n_q;
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
@@ -148,8 +142,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     // l_i = 0 and m_i = −∞ in their shared-memory slots.
     if (tid == 0) {
       for (uint64_t* barrier : {&q_full, &k_full[0], &k_full[1], &v_full[0], &v_full[1]}) barrier_init(barrier, 1);
-      for (uint64_t& barrier : k_empty) barrier_init(&barrier, kWarps);  // one arrival a consumer warp
-      for (uint64_t& barrier : v_empty) barrier_init(&barrier, kWarps);
+      for (uint64_t& barrier : k_empty) barrier_init(&barrier, kConsumerWarps);  // one arrival a consumer warp
+      for (uint64_t& barrier : v_empty) barrier_init(&barrier, kConsumerWarps);
       common::cuda::barrier_init_fence();
       tma_load_tile<d, Br>(Qi, &Q_map, q0, int(bh), &q_full);
       tma_load_tile<d, Bc>(Kbuf, &K_map, 0, int(bh), &k_full[0]);
@@ -164,12 +158,15 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     barrier_wait(&q_full, 0);
-    if (scale <= 0.0f) sign_tile<d>(Qi, Br, scale);
+    if (scale <= 0.0f) {  // sign(scale) into Q_i (common/cuda/scale_sign.cuh)
+      common::cuda::fold_scale_sign<kThreads, d, d>(Qi, Br, scale);
+      fence_async_shared();  // wgmma reads shared memory through the async proxy
+    }
     __syncthreads();  // Q_i's signs, if any, are in before anyone reads it
     //! [producer]
-    if (warp >= kWarps) {  // the producer warpgroup: one thread issues line 7 for tiles 1 … T_c − 1
+    if (warp >= kConsumerWarps) {  // the producer warpgroup: one thread issues line 7 for tiles 1 … T_c − 1
       registers_down<kProducerRegisters>();
-      for (int j = 1; tid == kWarps * kWarpSize && j < Tc; ++j) {
+      for (int j = 1; tid == kConsumerWarps * kWarpSize && j < Tc; ++j) {
         const int stage = j % kStages;  // its (j / kStages)-th use: wait for the consumers' release of the last
         if (j >= kStages) barrier_wait(&k_empty[stage], (j / kStages - 1) % 2);
         tma_load_tile<d, Bc>(Kbuf + stage * Bc * d, &K_map, j * Bc, int(bh), &k_full[stage]);
@@ -180,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     }
     //! [producer]
     registers_up<kConsumerRegisters>();
-    uint32_t P[Bc / 16][kMTiles][4];  // P̃_i,j−1 as A fragments: its product runs under S_ij's softmax
+    uint32_t Pij[Bc / 16][4];  // P̃_i,j−1 as A fragments: its product runs under S_ij's softmax
     float alpha[kRows];               // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
     const auto issue_S = [&](int j) {  // line 8 for tile j, queued on the tensor cores
       const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
@@ -199,8 +196,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       wgmma_fence();  // the zeros are written before the wgmmas read them
 #pragma unroll
       for (int k = 0; k < d; k += 16) {
-        wgmma_ss<T, Bc>(Sij, k_major_sw128(shared_address(Qi) + wg * 64 * 128, Br, k),
-                        k_major_sw128(shared_address(Kj), Bc, k), 1);
+        wgmma_ss<T, Bc>(Sij, k_major_sw128(shared_address(Qi + wg * common::cuda::kWarpgroupRows * kBoxCols), Br, k),
+                        k_major_sw128(shared_address(Kj), Bc, k), common::cuda::kAccumulate);
       }
       wgmma_commit();
       //! [S on wgmma]
@@ -262,16 +259,11 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
 #pragma unroll
       for (int c = 0; c < Bc; c += 16) {
         const int n0 = c / kColLanes;  // this thread's first column index among keys c … c + 15
-        uint32_t (&p)[kMTiles][4] = P[c / 16];
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          const float* s0 = Sij[2 * m];
-          const float* s1 = Sij[2 * m + 1];
-          p[m][0] = common::cuda::pack2<T>(s0[n0], s0[n0 + 1]);
-          p[m][1] = common::cuda::pack2<T>(s1[n0], s1[n0 + 1]);
-          p[m][2] = common::cuda::pack2<T>(s0[n0 + 2], s0[n0 + 3]);
-          p[m][3] = common::cuda::pack2<T>(s1[n0 + 2], s1[n0 + 3]);
-        }
+        uint32_t (&p)[4] = Pij[c / 16];
+        p[0] = common::cuda::pack2<T>(Sij[0][n0], Sij[0][n0 + 1]);
+        p[1] = common::cuda::pack2<T>(Sij[1][n0], Sij[1][n0 + 1]);
+        p[2] = common::cuda::pack2<T>(Sij[0][n0 + 2], Sij[0][n0 + 3]);
+        p[3] = common::cuda::pack2<T>(Sij[1][n0 + 2], Sij[1][n0 + 3]);
       }
       //! [P in registers]
     };
@@ -281,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       fence_operand(Oi);
       wgmma_fence();  // O_i's rescale and P̃_ij are written before the wgmmas read them
 #pragma unroll
-      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, P[c / 16][0], mn_major_sw128(shared_address(Vj), Bc, c), 1);
+      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
       wgmma_commit();
     };
     const auto PV_done = [&](int j) {  // this warp's P̃_ij V_j is in O_i: V_j goes back to the producer
@@ -289,13 +281,13 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       fence_operand(Oi);
       if (lane == 0) barrier_arrive(&v_empty[j % kStages]);
     };
-    //! [overlap]
+    //! [schedule]
     // Ping-pong: warpgroup w issues its wgmmas when named barrier kTurn + w opens, then opens the
     // other's; warpgroup 1 opens warpgroup 0's first. Each warpgroup's softmax then runs while
     // the other's products do.
-    const auto my_turn = [&] { named_barrier_sync(kTurn + wg, kWarps * kWarpSize); };
-    const auto your_turn = [&] { named_barrier_arrive(kTurn + 1 - wg, kWarps * kWarpSize); };
-    if (wg == 1) named_barrier_arrive(kTurn, kWarps * kWarpSize);
+    const auto my_turn = [&] { named_barrier_sync(kTurn + wg, kConsumerWarps * kWarpSize); };
+    const auto your_turn = [&] { named_barrier_arrive(kTurn + 1 - wg, kConsumerWarps * kWarpSize); };
+    if (wg == 1) named_barrier_arrive(kTurn, kConsumerWarps * kWarpSize);
     my_turn();
     issue_S(0);
     your_turn();
@@ -307,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       issue_S(j);
       issue_PV(j - 1);
       your_turn();
-      wgmma_wait<1>();  // S_ij is in; P̃_i,j−1 V_j−1 still runs under the softmax
+      wgmma_wait<0>();  // S_ij and P̃_i,j−1 V_j−1 are in
       softmax(j);
       PV_done(j - 1);
       rescale_and_pack();
@@ -316,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     issue_PV(Tc - 1);
     if (wg == 0) your_turn();  // warpgroup 1 has no later turn to wait for
     PV_done(Tc - 1);
-    //! [overlap]
+    //! [schedule]
     // Lines 12–14: O_i ← diag(l_i)⁻¹ O_i and L_i = m_i + log l_i, each written to HBM once.
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
@@ -328,9 +320,17 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
             common::cuda::pack2<T>(Oi[t][n] * inv_l, Oi[t][n + 1] * inv_l);
       }
-      if (col_lane == 0) L[q0 + r] = mi[t][tid] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+      if (col_lane == 0) L[q0 + r] = mi[t][tid] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
-  }
+  };
+  //! [block order]
+  // Line 3: query tiles, in parallel, one a block. Causal tiles differ in length, so the longest
+  // tiles of every head go first; tiles without the mask are all alike, so one head's tiles run
+  // side by side and share its K and V in L2.
+  const size_t bh = causal ? blockIdx.x % batch_heads : blockIdx.x / Tr;
+  const int i = Tr - 1 - int(causal ? blockIdx.x / batch_heads : blockIdx.x % Tr);
+  query_tile(bh, i);
+  //! [block order]
   //! [algorithm 1]
 }
 //! [kernel]
@@ -379,7 +379,7 @@ common::StepInfo describe() {
   kernel.compute_capability = 90;  // sm_90a machine code: wgmma exists on Hopper alone
   return common::cuda::gpu_step(
       "step19_pingpong",
-      "Overlap on Hopper: each softmax runs under wgmmas, its own warpgroup's P~V and the other's (ping-pong) (sm_90a)",
+      "Ping-pong on Hopper: two consumer warpgroups take turns on the tensor cores, named barriers (sm_90a)",
       HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
 }
 

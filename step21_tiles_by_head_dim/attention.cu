@@ -1,13 +1,13 @@
 /// \file step21_tiles_by_head_dim/attention.cu
-/// \brief Step 17 — the tiles by head dimension: three consumer warpgroups (B_r = 192) at d = 64.
+/// \brief Step 21 — the tiles by head dimension: three consumer warpgroups (B_r = 192) at d = 64.
 ///
-/// This step extends step 16 by choosing the block's shape for each d. At d = 64 a score
+/// This step extends step 20 by choosing the block's shape for each d. At d = 64 a score
 /// costs half the matrix work of d = 128 but the same softmax, so the tensor cores wait
 /// more; and O_i takes half the registers. So at d = 64 three consumer warpgroups share a
-/// block (B_r = 192, 512 threads), each with 160 registers a thread (3 · 128 · 160 + 128 ·
-/// 24 ≤ 65536): each K_j, V_j tile is read by 192 rows instead of 128, and while one
+/// block (B_r = 192, 512 threads), each with 160 registers a thread (the register budget,
+/// static_asserted in Tiles): each K_j, V_j tile is read by 192 rows instead of 128, and while one
 /// warpgroup does its softmax two others can keep the tensor cores busy, taking turns in
-/// a ring. d = 128 keeps step 16's shape, and its causal blocks go head by head, as
+/// a ring. d = 128 keeps step 20's shape, and its causal blocks go head by head, as
 /// the unmasked ones do, their K and V shared in L2.
 ///
 /// Run: build/bin/step21_tiles_by_head_dim --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
@@ -23,6 +23,7 @@
 #include "common/cuda/fragments.hpp"
 #include "common/cuda/gpu_step.cuh"
 #include "common/cuda/mma.cuh"
+#include "common/cuda/scale_sign.cuh"
 #include "common/cuda/tma.cuh"
 #include "common/cuda/warpgroup.cuh"
 #include "common/cuda/wgmma.cuh"
@@ -34,15 +35,16 @@ namespace {
 
 constexpr int kProducerRegisters = 24;    // a producer thread's registers; the consumers' depend on d (Tiles)
 constexpr int kTurn = 1;                  // named barriers kTurn + w: consumer warpgroup w may issue its wgmmas
+constexpr int kTurnThreads = 2 * common::cuda::kWarpgroupThreads;  // at a turn's barrier: the warpgroup that waits, the one that opens it
 constexpr int kWarpSize = 32;
 constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
-static_assert(kStages == 2, "the barriers' set-up and `stage ^ 1` name exactly two stages");
+static_assert(kStages == 2, "the barriers' set-up names exactly two stages");
 using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation each: whole 128-byte rows
 
 //! [tiles]
 // A warp's 16 rows of its warpgroup's 64 are 8 × 4 lanes, the mma's C layout, which wgmma's
 // accumulator repeats every 8 columns (common/cuda/wgmma.cuh): a thread owns 2 rows, one tile.
-constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2, kMTiles = 1;
+constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2;
 
 /// The tiles for head dimension d: a warpgroup's 64 rows are one wgmma's M, so
 /// B_r = 64 · consumer warpgroups: 3 at d = 64 (192 rows), 2 at d = 128 (128). A thread
@@ -50,12 +52,15 @@ constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2, kMTiles = 1;
 template <int d>
 struct Tiles {
   static constexpr int kConsumers = d <= 64 ? 3 : 2;  // consumer warpgroups
-  static constexpr int kWarps = 4 * kConsumers;       // consumer warps; the producer's 4 come after them
-  static constexpr int kThreads = kWarps * 32 + 128;  // threads per block
-  /// A consumer thread's registers: kConsumers · 128 · this + 128 · kProducerRegisters ≤ 65536.
+  static constexpr int kConsumerWarps = 4 * kConsumers;  // the producer's 4 warps come after them
+  static constexpr int kThreads = (kConsumers + 1) * common::cuda::kWarpgroupThreads;  // threads per block
+  /// A consumer thread's registers, once setmaxnreg has moved them: as many as the budget allows.
   static constexpr int kConsumerRegisters = d <= 64 ? 160 : 240;
+  static_assert(kConsumers * common::cuda::kWarpgroupThreads * kConsumerRegisters + common::cuda::kWarpgroupThreads * kProducerRegisters <=
+                    common::cuda::kRegisterFile,
+                "the register budget: every warpgroup's registers fit in the register file");
   static constexpr int Bc = 128;  // keys: one wgmma's N for S_ij
-  static constexpr int Br = kWarps * kRowLanes * kRowsPerThread;
+  static constexpr int Br = kConsumerWarps * kRowLanes * kRowsPerThread;
   /// Shared memory: kStages × K_j, V_j (B_c, d); Q_i (B_r, d); 2 bytes an element; + 1024 to align them.
   static constexpr size_t smem_bytes = (size_t(2) * kStages * Bc * d + size_t(Br) * d) * 2 + 1024;
 };
@@ -75,25 +80,23 @@ __device__ float row_sum(float x) {
 
 using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
 using common::wgmma::mn_major_sw128;
-using namespace common::cuda;  // the TMA and mbarrier wrappers (tma.cuh)
+using common::cuda::barrier_arrive;
+using common::cuda::barrier_init;
+using common::cuda::barrier_wait;
+using common::cuda::fence_async_shared;
+using common::cuda::fence_operand;
+using common::cuda::named_barrier_arrive;
+using common::cuda::named_barrier_sync;
+using common::cuda::registers_down;
+using common::cuda::registers_up;
+using common::cuda::shared_address;
+using common::cuda::tma_load_tile;
+using common::cuda::wgmma_commit;
+using common::cuda::wgmma_fence;
+using common::cuda::wgmma_rs;
+using common::cuda::wgmma_ss;
+using common::cuda::wgmma_wait;
 using namespace common::tma;   // the tile layout (tensor_map.hpp)
-
-//! [sign]
-/// Multiplies by sign(scale) (−1 or 0) every element of a (B, d) tile, once it has
-/// landed, a share per thread.
-template <int d, class T>
-__device__ void sign_tile(T* tile, int B, float scale) {
-  constexpr int kThreads = Tiles<d>::kThreads;
-  const T sign = scale < 0.0f ? T(-1.0f) : T(0.0f);
-#pragma unroll
-  for (int e = threadIdx.x; e < B * d / 8; e += kThreads) {
-    T* chunk = tile + 8 * e;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) chunk[k] = chunk[k] * sign;
-  }
-  fence_async_shared();  // wgmma reads shared memory through the async proxy
-}
-//! [sign]
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
@@ -103,7 +106,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
                      const __grid_constant__ CUtensorMap V_map, T* __restrict__ O_all, float* __restrict__ L_all,
                      int n_q, int n_kv, int batch_heads, float scale, bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br;
-  constexpr int kThreads = Tiles<d>::kThreads, kWarps = Tiles<d>::kWarps, kConsumers = Tiles<d>::kConsumers;
+  constexpr int kThreads = Tiles<d>::kThreads, kConsumerWarps = Tiles<d>::kConsumerWarps, kConsumers = Tiles<d>::kConsumers;
   // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
   constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = d / kColLanes;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -112,23 +115,10 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
   const int wg = warp / 4;  // this thread's warpgroup: rows 64·wg … 64·wg + 63 of the tile
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
-  // |scale| · log2(e): S_ij in base 2. A scale that is not positive goes into Q_i instead (its
-  // sign, exact in 16 bits: sign_tile), so this factor is positive and a row's largest scaled
-  // score is this factor times its largest S_ij: the scale is applied inside each exponential.
-  const float scale_log2 = (scale == 0.0f ? 1.0f : fabsf(scale)) * 1.4426950408889634f;
+  // |scale| · log2 e: S_ij in base 2, the scale applied inside each exponential. A scale that
+  // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
+  const float scale_log2 = common::cuda::exp2_factor(scale);
 
-  //! [block order]
-  // This block's head and query tile, also by d: one head's tiles side by side, longest first,
-  // sharing its K and V in L2; but causal at d = 64, the longest tiles of every head first.
-  // Timed both ways (docs/results/runs/step21_causal_order.txt): at d = 128 the shared K and V
-  // win, causal too; at d = 64 and N = 4096 the short tiles are better kept for the end.
-  const bool longest_first = causal && d <= 64;
-  const size_t bh = longest_first ? blockIdx.x % batch_heads : blockIdx.x / Tr;
-  const int i = Tr - 1 - int(longest_first ? blockIdx.x / batch_heads : blockIdx.x % Tr);
-  //! [block order]
-  // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
-  const auto O = O_all + bh * n_q * d;
-  const auto L = L_all + bh * n_q;
 
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
@@ -148,8 +138,11 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
   __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
 
   //! [algorithm 1]
-  // Line 3: query tiles, in parallel: T_r blocks per (b, h), one tile each.
-  {
+  // Line 3's body: query tile i of head bh. Which tile this block takes is the block order, below.
+  const auto query_tile = [&](size_t bh, int i) {
+    // O: (N_q, d); L: (N_q) in global memory: head bh's (Q, K, V come through the tensor maps).
+    const auto O = O_all + bh * n_q * d;
+    const auto L = L_all + bh * n_q;
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
@@ -157,8 +150,8 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
     // l_i = 0 and m_i = −∞ in their shared-memory slots.
     if (tid == 0) {
       for (uint64_t* barrier : {&q_full, &k_full[0], &k_full[1], &v_full[0], &v_full[1]}) barrier_init(barrier, 1);
-      for (uint64_t& barrier : k_empty) barrier_init(&barrier, kWarps);  // one arrival a consumer warp
-      for (uint64_t& barrier : v_empty) barrier_init(&barrier, kWarps);
+      for (uint64_t& barrier : k_empty) barrier_init(&barrier, kConsumerWarps);  // one arrival a consumer warp
+      for (uint64_t& barrier : v_empty) barrier_init(&barrier, kConsumerWarps);
       common::cuda::barrier_init_fence();
       tma_load_tile<d, Br>(Qi, &Q_map, q0, int(bh), &q_full);
       tma_load_tile<d, Bc>(Kbuf, &K_map, 0, int(bh), &k_full[0]);
@@ -173,12 +166,15 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     barrier_wait(&q_full, 0);
-    if (scale <= 0.0f) sign_tile<d>(Qi, Br, scale);
+    if (scale <= 0.0f) {  // sign(scale) into Q_i (common/cuda/scale_sign.cuh)
+      common::cuda::fold_scale_sign<kThreads, d, d>(Qi, Br, scale);
+      fence_async_shared();  // wgmma reads shared memory through the async proxy
+    }
     __syncthreads();  // Q_i's signs, if any, are in before anyone reads it
     //! [producer]
-    if (warp >= kWarps) {  // the producer warpgroup: one thread issues line 7 for tiles 1 … T_c − 1
+    if (warp >= kConsumerWarps) {  // the producer warpgroup: one thread issues line 7 for tiles 1 … T_c − 1
       registers_down<kProducerRegisters>();
-      for (int j = 1; tid == kWarps * kWarpSize && j < Tc; ++j) {
+      for (int j = 1; tid == kConsumerWarps * kWarpSize && j < Tc; ++j) {
         const int stage = j % kStages;  // its (j / kStages)-th use: wait for the consumers' release of the last
         if (j >= kStages) barrier_wait(&k_empty[stage], (j / kStages - 1) % 2);
         tma_load_tile<d, Bc>(Kbuf + stage * Bc * d, &K_map, j * Bc, int(bh), &k_full[stage]);
@@ -189,7 +185,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
     }
     //! [producer]
     registers_up<Tiles<d>::kConsumerRegisters>();
-    uint32_t P[Bc / 16][kMTiles][4];  // P̃_i,j−1 as A fragments: its product runs under S_ij's softmax
+    uint32_t Pij[Bc / 16][4];  // P̃_i,j−1 as A fragments: its product runs under S_ij's softmax
     float alpha[kRows];               // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
     const auto issue_S = [&](int j) {  // line 8 for tile j, queued on the tensor cores
       const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
@@ -208,8 +204,8 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
       wgmma_fence();  // the zeros are written before the wgmmas read them
 #pragma unroll
       for (int k = 0; k < d; k += 16) {
-        wgmma_ss<T, Bc>(Sij, k_major_sw128(shared_address(Qi) + wg * 64 * 128, Br, k),
-                        k_major_sw128(shared_address(Kj), Bc, k), 1);
+        wgmma_ss<T, Bc>(Sij, k_major_sw128(shared_address(Qi + wg * common::cuda::kWarpgroupRows * kBoxCols), Br, k),
+                        k_major_sw128(shared_address(Kj), Bc, k), common::cuda::kAccumulate);
       }
       wgmma_commit();
       //! [S on wgmma]
@@ -271,16 +267,11 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
 #pragma unroll
       for (int c = 0; c < Bc; c += 16) {
         const int n0 = c / kColLanes;  // this thread's first column index among keys c … c + 15
-        uint32_t (&p)[kMTiles][4] = P[c / 16];
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          const float* s0 = Sij[2 * m];
-          const float* s1 = Sij[2 * m + 1];
-          p[m][0] = common::cuda::pack2<T>(s0[n0], s0[n0 + 1]);
-          p[m][1] = common::cuda::pack2<T>(s1[n0], s1[n0 + 1]);
-          p[m][2] = common::cuda::pack2<T>(s0[n0 + 2], s0[n0 + 3]);
-          p[m][3] = common::cuda::pack2<T>(s1[n0 + 2], s1[n0 + 3]);
-        }
+        uint32_t (&p)[4] = Pij[c / 16];
+        p[0] = common::cuda::pack2<T>(Sij[0][n0], Sij[0][n0 + 1]);
+        p[1] = common::cuda::pack2<T>(Sij[1][n0], Sij[1][n0 + 1]);
+        p[2] = common::cuda::pack2<T>(Sij[0][n0 + 2], Sij[0][n0 + 3]);
+        p[3] = common::cuda::pack2<T>(Sij[1][n0 + 2], Sij[1][n0 + 3]);
       }
       //! [P in registers]
     };
@@ -290,7 +281,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
       fence_operand(Oi);
       wgmma_fence();  // O_i's rescale and P̃_ij are written before the wgmmas read them
 #pragma unroll
-      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, P[c / 16][0], mn_major_sw128(shared_address(Vj), Bc, c), 1);
+      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
       wgmma_commit();
     };
     const auto PV_done = [&](int j) {  // this warp's P̃_ij V_j is in O_i: V_j goes back to the producer
@@ -298,13 +289,13 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
       fence_operand(Oi);
       if (lane == 0) barrier_arrive(&v_empty[j % kStages]);
     };
-    //! [overlap]
+    //! [schedule]
     // Turns in a ring: warpgroup w issues its wgmmas when named barrier kTurn + w opens (its 128
     // threads and the 128 that open it), then opens the next one's; the last opens warpgroup 0's
     // first. Each warpgroup's softmax then runs while the others' products do.
-    const auto my_turn = [&] { named_barrier_sync(kTurn + wg, 2 * 128); };
-    const auto your_turn = [&] { named_barrier_arrive(kTurn + (wg + 1) % kConsumers, 2 * 128); };
-    if (wg == kConsumers - 1) named_barrier_arrive(kTurn, 2 * 128);
+    const auto my_turn = [&] { named_barrier_sync(kTurn + wg, kTurnThreads); };
+    const auto your_turn = [&] { named_barrier_arrive(kTurn + (wg + 1) % kConsumers, kTurnThreads); };
+    if (wg == kConsumers - 1) named_barrier_arrive(kTurn, kTurnThreads);
     my_turn();
     issue_S(0);
     your_turn();
@@ -325,7 +316,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
     issue_PV(Tc - 1);
     if (wg < kConsumers - 1) your_turn();  // warpgroup 0 has no later turn for the last to open
     PV_done(Tc - 1);
-    //! [overlap]
+    //! [schedule]
     // Lines 12–14: O_i ← diag(l_i)⁻¹ O_i and L_i = m_i + log l_i, each written to HBM once.
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
@@ -337,9 +328,20 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
         *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
             common::cuda::pack2<T>(Oi[t][n] * inv_l, Oi[t][n + 1] * inv_l);
       }
-      if (col_lane == 0) L[q0 + r] = mi[t][tid] * 0.6931471805599453f + logf(l_row);  // m_i · ln 2: base e
+      if (col_lane == 0) L[q0 + r] = mi[t][tid] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
-  }
+  };
+  //! [block order]
+  // Line 3: query tiles, in parallel, one a block, in an order chosen by the mask and by d: one
+  // head's tiles side by side, longest first, sharing its K and V in L2; but causal at d = 64,
+  // the longest tiles of every head first.
+  // Timed both ways (docs/results/runs/step21_causal_order.txt): at d = 128 the shared K and V
+  // win, causal too; at d = 64 and N = 4096 the short tiles are better kept for the end.
+  const bool longest_first = causal && d <= 64;
+  const size_t bh = longest_first ? blockIdx.x % batch_heads : blockIdx.x / Tr;
+  const int i = Tr - 1 - int(longest_first ? blockIdx.x / batch_heads : blockIdx.x % Tr);
+  query_tile(bh, i);
+  //! [block order]
   //! [algorithm 1]
 }
 //! [kernel]

@@ -12,6 +12,11 @@
 
 namespace common::cuda {
 
+/// log2(e): e^x = 2^(x · log2 e), so scale · log2 e turns a score into an exponent of 2.
+constexpr float kLog2e = 1.4426950408889634f;
+/// ln 2: an m_i kept in base 2 is m_i · ln 2 in base e, the base of L.
+constexpr float kLn2 = 0.6931471805599453f;
+
 /// 2^x, relative error about 2^-22; 0 for x below −126 (and for −∞), +∞ for x ≥ 128.
 __device__ inline float exp2_ftz(float x) {
   float y;

@@ -14,6 +14,12 @@
 
 namespace common::cuda {
 
+/// Threads in a warpgroup: 4 consecutive warps, which wgmma and setmaxnreg act on together.
+constexpr int kWarpgroupThreads = 128;
+/// A multiprocessor's register file: the registers of a block that runs alone on one add up
+/// to at most this many.
+constexpr int kRegisterFile = 65536;
+
 /// `setmaxnreg.dec.sync.aligned.u32 N`: this warpgroup keeps N registers a thread (a multiple of 8, 24 to 256).
 template <int N>
 __device__ inline void registers_down() {

@@ -107,6 +107,12 @@ __device__ inline void fence_operand(float (&d)[2][N]) {
                : FLASH_WGMMA_D##N                                                                           \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate))
 
+/// The rows of one wgmma's A and D (m64nNk16): a warpgroup's share of a tile of Q_i.
+constexpr int kWarpgroupRows = 64;
+
+/// wgmma's scale-d operand: 1 adds the product to D (D = A·B + D), 0 overwrites D with it.
+constexpr int kAccumulate = 1;
+
 /// D (64 × N) = A·B (+ D when `accumulate`): `wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T`
 /// with A (64 × 16) and B (N × 16, i.e. Bᵀ stored K-major) described in shared memory.
 /// T: __nv_bfloat16 or __half; N: 64 or 128.
