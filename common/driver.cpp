@@ -263,6 +263,12 @@ class SaveDir {
   bool created_ = false;
 };
 
+/// What a GPU program's --repeat measures, said beside its figure: each launch is timed
+/// alone, so the clocks are not those of sustained work (benchmarks/gpu_bench and
+/// scripts/check_pytorch.py time comparisons at sustained clocks).
+constexpr const char* kSingleLaunchTiming =
+    "single launch, GPU idle before each: a quick look, not comparable with sustained timing";
+
 void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision) {
   const Shape& s = p.shape;
   nlohmann::ordered_json j;
@@ -278,6 +284,7 @@ void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Pr
   j["time_ms"] = rep.time_ms;
   j["timed_runs"] = rep.timed_runs;
   j["kernel_only"] = rep.kernel_only;
+  if (rep.kernel_only) j["timing"] = kSingleLaunchTiming;
   j["tflops"] = rep.tflops;
   j["nonfinite_outputs"] = rep.nonfinite;
   if (rep.verdict) {
@@ -311,6 +318,7 @@ void print_table(const StepInfo& step, const Problem& p, const RunReport& rep, P
   std::ostringstream how;
   how << (rep.kernel_only ? "kernel only, CUDA events" : "wall clock") << ", median of " << rep.timed_runs
       << (rep.timed_runs == 1 ? " run" : " runs");
+  if (rep.kernel_only) how << "; " << kSingleLaunchTiming;
   row("time") << std::fixed << std::setprecision(3) << rep.time_ms << " ms (" << how.str() << ")\n";
   row("TFLOP/s") << std::setprecision(4) << rep.tflops << "\n" << std::defaultfloat;
   row("peak working memory") << format_bytes(double(rep.result.peak_bytes)) << " (beyond inputs and outputs)\n";
