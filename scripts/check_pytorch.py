@@ -1,60 +1,52 @@
 #!/usr/bin/env python3
-"""Checks the CUDA steps against PyTorch on the GPU, then times both side by side.
+"""Checks the CUDA steps against PyTorch on the GPU, then times their torch operators beside SDPA's backends.
 
-Usage: scripts/check_pytorch.py BUILD_BIN_DIR OUTDIR [--skip-bench] [--bench-n 512,1024,...]
-       scripts/check_pytorch.py BUILD_BIN_DIR OUTDIR --dtype bf16|fp16 [--csv PATH] [--bench-n 1024,4096,16384]
+Usage: scripts/check_pytorch.py BUILD_BIN_DIR OUTDIR [--dtype fp32|bf16|fp16] [--csv PATH]
+           [--bench-n 1024,4096,16384] [--head-dims 64,128] [--steps 9,12,17] [--skip-check | --skip-bench]
+           [--python-dir DIR]
 
-Without --dtype (or with --dtype fp32), the float32 mode:
+1. Correctness (skipped with --skip-check). For each shape below (causal and not,
+   N_q != N_kv both ways, a non-default scale) Q, K, V are drawn with torch and saved as
+   OUTDIR/inputs*/q.npy, k.npy, v.npy ([B, H, N, d] float32, C order); every CUDA step
+   program in BUILD_BIN_DIR (stepNN_* from step 4 on) that computes in the dtype runs with
+   `--load DIR --save DIR2`, and its o.npy and lse.npy are compared with O and L computed
+   in float64 on the GPU. Any mismatch: exit status 1.
+   - fp32 (the default): a step's max |error| against the float64 reference must be at most
+     2 x the max |error| of PyTorch's own float32 result (math backend, TF32 off) on the
+     same inputs + 1e-5. A tail-tile or masking bug gives errors near 1e-3.
+   - bf16, fp16: FlashAttention-2's same-precision rule. Q, K, V are rounded to the dtype by
+     torch (round to nearest even, as the steps round on upload) and saved as float32 .npy
+     of those rounded values, so the program sees exactly the 16-bit inputs SDPA sees.
+     Yardsticks: SDPA's math backend run in the dtype itself (O), fp32 logsumexp of the
+     inputs' fp32 scores (L). Tolerance: max |O - O_ref| <= 2 x SDPA-math's + u x max(1,
+     max |O_ref|), u the dtype's unit roundoff (2^-8 bf16, 2^-11 fp16); max |L - L_ref| <=
+     2 x fp32's + 1e-5 x max(1, max |L_ref|).
 
-1. Correctness. For each shape below (causal and not, N_q != N_kv, a non-default
-   scale) it draws Q, K, V with torch, saves them as OUTDIR/inputs/q.npy, k.npy,
-   v.npy ([B, H, N, d] float32, C order), runs every CUDA step program present in
-   BUILD_BIN_DIR (stepNN_* from step 4 on, the GPU ladder) with
-   `--load DIR --save DIR2`, and compares its o.npy and lse.npy with
-   torch.nn.functional.scaled_dot_product_attention and torch.logsumexp of the
-   scaled scores, both computed in float64 on the GPU.
-
-   Tolerance (the project's rule, with PyTorch standing in for step01): a step's
-   max |error| against the float64 reference must be at most
-   2 x the max |error| of PyTorch's own float32 result (math backend, TF32 off)
-   on the same inputs + 1e-5. A tail-tile or masking bug gives errors near 1e-3,
-   a hundred times above that floor. Any mismatch: exit status 1.
-
-2. Timing. On the benchmark shapes (B=4, H=16, d in {64, 128}, N in 512 ... 16384,
-   causal off and on) it times SDPA with each backend forced through
-   torch.nn.attention.sdpa_kernel (MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION,
-   CUDNN_ATTENTION; a backend that rejects float32 is reported "unsupported",
-   one that runs out of memory "out of memory"), median of CUDA-event times after
-   a warm-up, and times each step program through its `--json --repeat R` output,
-   in the same session. Writes OUTDIR/pytorch_compare.csv (the columns docs/results.md
-   reads: step, seq, tflops, time_ms, batch, heads, head_dim, causal) and prints a table.
-
-With --dtype bf16 or fp16, the same two parts for every step program that computes in
-that precision (those that accept `--dtype`; the others are listed as skipped):
-
-1. Correctness, by FlashAttention-2's same-precision rule. Q, K, V are drawn in float32,
-   rounded to the dtype by torch (.to(dtype), round to nearest even, as the steps round
-   on upload) and saved as float32 .npy of those rounded values, so the program sees
-   exactly the 16-bit inputs SDPA sees. Reference: O and L in float64 from those inputs.
-   Yardsticks: SDPA's math backend run in the dtype itself (O), and fp32 logsumexp of
-   the inputs' fp32 scores (L). Tolerance: max |O - O_ref| <= 2 x SDPA-math's
-   + u x max(1, max |O_ref|), u the dtype's unit roundoff (2^-8 bf16, 2^-11 fp16: the
-   step's O is rounded to the dtype); max |L - L_ref| <= 2 x fp32's + 1e-5 x max(1, max |L_ref|).
-   Shapes: causal and not, N_q != N_kv both ways, d 64 and 128, a non-default scale.
-
-2. Timing, in the same run: B=4, H=16, d in {64, 128}, N in --bench-n (default 1024,
-   4096, 16384), causal off and on; every SDPA backend forced by sdpa_kernel
+2. Timing (skipped with --skip-bench): B=4, H=16, d in --head-dims, N in --bench-n, causal
+   off and on, tensors of the dtype. Every SDPA backend forced by sdpa_kernel
    (FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION, MATH; MATH is skipped above
-   N=8192, where its S alone needs B*H*N^2*2 bytes) on tensors of the dtype, and each
-   step program with `--dtype D --json --repeat R` (the kernel alone, CUDA events). TFLOP/s
-   counts 4*B*H*N_q*N_kv*d, halved when causal (common/'s count). Prints a table and
-   writes the CSV (--csv, default OUTDIR/pytorch_compare_<dtype>.csv) with columns gpu,
-   date, dtype, kernel, batch, heads, N, d, causal, median_ms, tflops, note.
+   N=8192, where its S alone needs B*H*N^2 elements; a backend that refuses the dtype is
+   "unsupported") and each step's torch operator (flash_steps.pytorch: the kernel on the
+   current stream, the path a user calls; from --python-dir, by default BUILD_BIN_DIR/../python)
+   are timed the same way, in this one process, by time_sustained():
+   - back_to_back: about 0.75 s of warm-up calls, then K calls between two CUDA events;
+     per call = elapsed / K;
+   - cuda_graph: the same K calls captured once into a CUDA graph and replayed; per call =
+     elapsed / K. A step operator that cannot be captured is a failure (exit 1), reported
+     with the error; it is never timed another way instead.
+   Each is the median of 5 repetitions (K is chosen so that one repetition lasts ~50 ms).
+   Before timing, each step's O is compared with SDPA's on the same inputs (max |dO|, a
+   sanity check: a non-finite O is a failure). TFLOP/s counts 4*B*H*N_q*N_kv*d, halved when
+   causal (common/'s count). Prints a table and writes the CSV (--csv, default
+   OUTDIR/pytorch_compare_<dtype>.csv) row by row, with columns
+   gpu, date, commit, dtype, method, kernel, batch, heads, N, d, causal, calls, reps,
+   median_ms, tflops, max_abs_diff_vs_sdpa, note.
+   The programs' own `--repeat` timing (one launch at a time, the GPU idle before each)
+   is a quick look and is not used here.
 """
 import argparse
 import csv
 import datetime
-import json
 import math
 import os
 import re
@@ -85,14 +77,6 @@ CHECK_SHAPES = [
     (1, 2, 257, 100, 32, True, 0.3),
     (4, 16, 1024, 1024, 128, True, None),
 ]
-
-BACKENDS = [
-    ("math", SDPBackend.MATH),
-    ("efficient", SDPBackend.EFFICIENT_ATTENTION),
-    ("flash", SDPBackend.FLASH_ATTENTION),
-    ("cudnn", SDPBackend.CUDNN_ATTENTION),
-]
-
 
 def reference(q, k, v, causal, scale):
     """O and L in float64 on the GPU."""
@@ -177,83 +161,7 @@ def flops(B, H, n, d, causal):
     return f / 2 if causal else f
 
 
-def time_sdpa(backend, q, k, v, causal, reps):
-    """Median CUDA-event time (ms) of one SDPA call with `backend` forced, or a reason it cannot run."""
-    try:
-        with sdpa_kernel(backend):
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # warm-up
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(reps):
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                stop.record()
-                stop.synchronize()
-                times.append(start.elapsed_time(stop))
-        return float(np.median(times)), ""
-    except torch.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return None, "out of memory"
-    except RuntimeError as e:
-        torch.cuda.empty_cache()
-        return None, "unsupported" if "No available kernel" in str(e) or "not supported" in str(e).lower() else str(e).splitlines()[0][:60]
-
-
-def bench(bin_dir, out_dir, steps, ns):
-    torch.backends.cuda.matmul.allow_tf32 = False
-    rows = []
-    gpu = torch.cuda.get_device_name()
-    path = os.path.join(out_dir, "pytorch_compare.csv")
-    f = open(path, "w", newline="")  # written row by row, so a run cut short keeps what it measured
-    w = csv.DictWriter(f, fieldnames=["gpu", "step", "batch", "heads", "seq", "head_dim", "causal", "time_ms", "tflops", "note"],
-                       lineterminator="\n")  # LF: the site check refuses CRLF in a linked CSV
-    w.writeheader()
-    for d in (64, 128):
-        for causal in (False, True):
-            for n in ns:
-                B, H = 4, 16
-                reps = 10 if n <= 4096 else 3
-                q = torch.randn(B, H, n, d, device="cuda")
-                k = torch.randn(B, H, n, d, device="cuda")
-                v = torch.randn(B, H, n, d, device="cuda")
-                for name, backend in BACKENDS:
-                    ms, why = time_sdpa(backend, q, k, v, causal, reps)
-                    rows.append(dict(gpu=gpu, step=f"torch_sdpa_{name}", batch=B, heads=H, seq=n, head_dim=d, causal=int(causal),
-                                     time_ms=ms, tflops=flops(B, H, n, d, causal) / (ms * 1e-3) / 1e12 if ms else None,
-                                     note=why))
-                del q, k, v
-                torch.cuda.empty_cache()
-                for step in steps:
-                    flags = ["--batch", str(B), "--heads", str(H), "--seq-q", str(n), "--seq-kv", str(n),
-                             "--head-dim", str(d), "--json", "--repeat", str(reps)] + (["--causal"] if causal else [])
-                    rc, out, err = run_step(os.path.join(bin_dir, step), flags)
-                    if rc != 0:
-                        rows.append(dict(gpu=gpu, step=step, batch=B, heads=H, seq=n, head_dim=d, causal=int(causal), time_ms=None,
-                                         tflops=None, note=err.strip().splitlines()[-1][:60] if err.strip() else f"exit {rc}"))
-                        continue
-                    j = json.loads(out)
-                    rows.append(dict(gpu=gpu, step=step, batch=B, heads=H, seq=n, head_dim=d, causal=int(causal),
-                                     time_ms=j["time_ms"], tflops=j["tflops"], note=""))
-                for r in rows[-len(BACKENDS) - len(steps):]:
-                    w.writerow({key: (f"{val:.4f}" if isinstance(val, float) else val) for key, val in r.items()})
-                f.flush()
-                print_rows(rows[-len(BACKENDS) - len(steps):])
-    f.close()
-    print(f"wrote {path}")
-
-
-def print_rows(rows):
-    for r in rows:
-        t = f"{r['time_ms']:10.3f} ms {r['tflops']:7.2f} TFLOP/s" if r["time_ms"] else f"{'':>10}    {r['note']}"
-        print(f"d={r['head_dim']:<4} N={r['seq']:<6} {'causal' if r['causal'] else 'full  '} {r['step']:24} {t}")
-    sys.stdout.flush()
-
-
-# --------------------------------------------------------------------------------------
-# bf16 / fp16: the steps that compute in a 16-bit precision, against SDPA in that precision.
-
-TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
 
 # (B, H, N_q, N_kv, d, causal, scale or None for 1/sqrt(d))
@@ -267,7 +175,7 @@ HALF_CHECK_SHAPES = [
     (4, 16, 1024, 1024, 128, True, None),
 ]
 
-HALF_BACKENDS = [
+SDPA_BACKENDS = [
     ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
     ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION),
     ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
@@ -337,67 +245,208 @@ def check_half(bin_dir, out_dir, steps, dtype):
     return failures
 
 
-def bench_half(bin_dir, steps, dtype, ns, csv_path):
+# --------------------------------------------------------------------------------------
+# Timing: one function for every kernel, SDPA's backends and the steps alike.
+
+# [sustained]
+METHODS = ("back_to_back", "cuda_graph")
+REPETITIONS = 5        # each figure is the median of this many repetitions
+WARMUP_MS = 750.0      # calls before timing: the GPU reaches the clocks it holds under load
+REPETITION_MS = 50.0   # one repetition's length: event resolution and host gaps do not count
+MIN_CALLS, MAX_CALLS = 2, 200  # K, calls per repetition (and per graph)
+MAX_WARMUP_CALLS = 5000
+
+
+class CaptureError(RuntimeError):
+    """A call that cannot be captured into a CUDA graph (it synchronises, or allocates or copies through the host)."""
+
+
+def events_ms(enqueue):
+    """Milliseconds between two CUDA events on the current stream around what enqueue() enqueues."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    enqueue()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop)
+
+
+def time_sustained(call):
+    """Times call() (one call, enqueued on the current stream) at sustained clocks, both ways.
+
+    Returns (K, {"back_to_back": ms per call, "cuda_graph": ms per call}): back_to_back is K
+    calls between two events after ~WARMUP_MS of warm-up calls; cuda_graph is the same K calls
+    captured once into a CUDA graph and replayed (once untimed first). Each is the median of
+    REPETITIONS repetitions of elapsed / K. Raises CaptureError when the capture fails: the
+    caller reports it, never timing another way instead."""
+    def calls(n):
+        return lambda: [call() for _ in range(n)]
+
+    first = events_ms(call)  # sizes the warm-up only: the GPU may be cold
+    warmup = min(MAX_WARMUP_CALLS, max(1, math.ceil(WARMUP_MS / max(first, 1e-4))))
+    per_call = events_ms(calls(warmup)) / warmup
+    k = min(MAX_CALLS, max(MIN_CALLS, math.ceil(REPETITION_MS / max(per_call, 1e-4))))
+    ms = {"back_to_back": float(np.median([events_ms(calls(k)) / k for _ in range(REPETITIONS)]))}
+
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):  # captures on a side stream; what call() allocates comes from the graph's pool
+            calls(k)()
+    except Exception as e:  # noqa: BLE001 - whatever stopped the capture is reported, with its type
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError:
+            pass  # the capture's own error is the one to report
+        raise CaptureError(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+    events_ms(graph.replay)  # the first replay: untimed
+    ms["cuda_graph"] = float(np.median([events_ms(graph.replay) / k for _ in range(REPETITIONS)]))
+    del graph
+    return k, ms
+# [sustained]
+
+
+def short_error(e):
+    """One line for a CSV note: what a backend or step said when it refused to run."""
+    if isinstance(e, torch.OutOfMemoryError):
+        return "out of memory"
+    text = str(e).strip()
+    if "No available kernel" in text or "not supported" in text.lower():
+        return "unsupported"
+    return (text.splitlines()[0] if text else type(e).__name__)[:100]
+
+
+def import_step_ops(python_dir):
+    """flash_steps and its PyTorch operators, from python_dir (the build's python/ folder); exits 2, saying why, if
+    they cannot be imported."""
+    sys.path.insert(0, os.path.abspath(python_dir))
+    try:
+        import flash_steps
+        import flash_steps.pytorch as fsp
+    except Exception as e:  # noqa: BLE001 - any failure to import is the same answer: which folder, and why
+        print(f"check_pytorch.py: cannot import flash_steps.pytorch from {python_dir} ({type(e).__name__}: {e}); "
+              f"build the target flash_steps_python, or pass --python-dir", file=sys.stderr)
+        sys.exit(2)
+    return flash_steps, fsp
+
+
+def commit_of_checkout():
+    """The short commit hash of this checkout (with '+dirty' when files differ), or 'unknown'."""
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def bench(step_ops, dtype, ns, head_dims, csv_path):
+    """Times every SDPA backend and every step operator in step_ops ({name: op}) by both methods; writes csv_path row
+    by row. Returns the number of failures (a step operator that fails, gives a non-finite O or cannot be captured)."""
     t = TORCH_DTYPE[dtype]
     gpu = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
-    fields = ["gpu", "date", "dtype", "kernel", "batch", "heads", "N", "d", "causal", "median_ms", "tflops", "note"]
+    commit = commit_of_checkout()
+    torch.backends.cuda.matmul.allow_tf32 = False  # the math backend in fp32 computes in fp32
+    fields = ["gpu", "date", "commit", "dtype", "method", "kernel", "batch", "heads", "N", "d", "causal", "calls",
+              "reps", "median_ms", "tflops", "max_abs_diff_vs_sdpa", "note"]
     os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
     f = open(csv_path, "w", newline="")  # written row by row: a run cut short keeps what it measured
     w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")  # LF, as every CSV in docs/results
     w.writeheader()
     B, H = 4, 16
-    print(f"\n{'d':>4} {'N':>6} {'mask':6} {'kernel':26} {'median ms':>10} {'TFLOP/s':>8}  ({dtype}, B={B}, H={H}, {gpu})")
-    for d in (64, 128):
+    failures = 0
+    print(f"\ntiming: {gpu}, {dtype}, B={B}, H={H}, commit {commit}; every kernel in this process, by both methods: "
+          f"back_to_back ({WARMUP_MS / 1e3:.2f} s of warm-up, then K calls between two events) and cuda_graph "
+          f"(the K calls captured in a CUDA graph, replayed); ms per call, median of {REPETITIONS}")
+    print(f"{'d':>4} {'N':>6} {'mask':6} {'kernel':26} {'method':12} {'K':>4} {'ms/call':>9} {'TFLOP/s':>8} "
+          f"{'max|dO|':>9}")
+    for d in head_dims:
         for causal in (False, True):
             for n in ns:
-                reps = 20 if n <= 4096 else 5
+                gen = torch.Generator(device="cuda").manual_seed(2026)
+                q, k, v = (torch.randn(B, H, n, d, device="cuda", generator=gen).to(t) for _ in range(3))
+                reference = None  # SDPA's O on these inputs, from the first backend that runs
                 rows = []
-                q, k, v = (torch.randn(B, H, n, d, device="cuda").to(t) for _ in range(3))
-                for name, backend in HALF_BACKENDS:
+                for name, backend in SDPA_BACKENDS:
                     if backend == SDPBackend.MATH and n > MATH_MAX_N:
-                        ms, why = None, f"skipped: S alone is {B * H * n * n * 2 / 2**30:.0f} GiB"
-                    else:
-                        ms, why = time_sdpa(backend, q, k, v, causal, reps)
-                    rows.append(dict(kernel=name, median_ms=ms, note=why))
-                del q, k, v
+                        rows.append(dict(kernel=name, note=f"skipped: S alone is {B * H * n * n * q.element_size() / 2**30:.0f} GiB"))
+                        continue
+                    def call():
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    try:
+                        with sdpa_kernel(backend):  # entered once: its cost is no part of a call's
+                            o = call()
+                            torch.cuda.synchronize()
+                            if reference is None:
+                                reference = o
+                            del o
+                            calls, ms = time_sustained(call)
+                        rows.append(dict(kernel=name, calls=calls, ms=ms))
+                    except CaptureError as e:
+                        rows.append(dict(kernel=name, note=f"cannot be captured in a CUDA graph: {e}"))
+                    except (RuntimeError, torch.OutOfMemoryError) as e:
+                        torch.cuda.synchronize()
+                        torch.cuda.empty_cache()
+                        rows.append(dict(kernel=name, note=short_error(e)))
+                for name, op in step_ops.items():
+                    def call(op=op):
+                        return op(q, k, v, causal, None)
+                    try:
+                        o, _ = call()
+                        torch.cuda.synchronize()
+                    except Exception as e:  # noqa: BLE001 - a step that fails here is a failure, said in full
+                        print(f"check_pytorch.py: {name} failed at d={d} N={n} causal={causal}: "
+                              f"{type(e).__name__}: {e}", file=sys.stderr)
+                        failures += 1
+                        rows.append(dict(kernel=name, note=f"failed: {short_error(e)}"))
+                        continue
+                    diff = (o.float() - reference.float()).abs().max().item() if reference is not None else None
+                    del o
+                    if diff is not None and not math.isfinite(diff):
+                        print(f"check_pytorch.py: {name} gave a non-finite O at d={d} N={n} causal={causal}",
+                              file=sys.stderr)
+                        failures += 1
+                    try:
+                        calls, ms = time_sustained(call)
+                        rows.append(dict(kernel=name, calls=calls, ms=ms, diff=diff))
+                    except CaptureError as e:
+                        print(f"check_pytorch.py: {name}'s torch operator cannot be captured in a CUDA graph at d={d} "
+                              f"N={n}: {e}", file=sys.stderr)
+                        failures += 1
+                        rows.append(dict(kernel=name, diff=diff, note=f"cannot be captured in a CUDA graph: {e}"))
+                del q, k, v, reference
                 torch.cuda.empty_cache()
-                for step in steps:
-                    flags = ["--batch", str(B), "--heads", str(H), "--seq-q", str(n), "--seq-kv", str(n), "--head-dim",
-                             str(d), "--dtype", dtype, "--json", "--repeat", str(reps)] + (["--causal"] if causal else [])
-                    rc, out, err = run_step(os.path.join(bin_dir, step), flags)
-                    if rc != 0:
-                        rows.append(dict(kernel=step, median_ms=None,
-                                         note=err.strip().splitlines()[-1][:60] if err.strip() else f"exit {rc}"))
-                    else:
-                        rows.append(dict(kernel=step, median_ms=json.loads(out)["time_ms"], note=""))
                 for r in rows:
-                    ms = r["median_ms"]
-                    r.update(gpu=gpu, date=date, dtype=dtype, batch=B, heads=H, N=n, d=d, causal=int(causal),
-                             tflops=flops(B, H, n, d, causal) / (ms * 1e-3) / 1e12 if ms else None)
-                    w.writerow({key: (f"{val:.4f}" if isinstance(val, float) else val) for key, val in r.items()})
-                    shown = f"{ms:10.3f} {r['tflops']:8.1f}" if ms else f"{'':>10} {'':>8}  {r['note']}"
-                    print(f"{d:>4} {n:>6} {'causal' if causal else 'full':6} {r['kernel']:26} {shown}")
+                    for method in METHODS:
+                        ms = r.get("ms", {}).get(method)
+                        row = dict(gpu=gpu, date=date, commit=commit, dtype=dtype, method=method, kernel=r["kernel"],
+                                   batch=B, heads=H, N=n, d=d, causal=int(causal), calls=r.get("calls", ""),
+                                   reps=REPETITIONS if ms else "", median_ms=f"{ms:.4f}" if ms else "",
+                                   tflops=f"{flops(B, H, n, d, causal) / (ms * 1e-3) / 1e12:.4f}" if ms else "",
+                                   max_abs_diff_vs_sdpa=f"{r['diff']:.3e}" if r.get("diff") is not None else "",
+                                   note=r.get("note", ""))
+                        w.writerow(row)
+                        shown = (f"{row['calls']:>4} {ms:9.3f} {float(row['tflops']):8.1f} {row['max_abs_diff_vs_sdpa']:>9}"
+                                 if ms else f"{'':>4} {'':>9} {'':>8}  {row['note']}")
+                        print(f"{d:>4} {n:>6} {'causal' if causal else 'full':6} {r['kernel']:26} {method:12} {shown}")
                 f.flush()
                 sys.stdout.flush()
     f.close()
     print(f"wrote {csv_path}")
+    return failures
 
 
-def main_half(a, steps):
-    takes, others = steps_computing_in(a.bin_dir, steps, a.dtype)
-    for step, why in others.items():
-        print(f"{step}: skipped ({why})")
-    if not takes:
-        print(f"no step program in {a.bin_dir} computes in {a.dtype}", file=sys.stderr)
-        return 2
-    print(f"steps in {a.dtype}: {' '.join(takes)}")
-    failures = check_half(a.bin_dir, a.out_dir, takes, a.dtype)
-    print(f"correctness ({a.dtype}): {failures} mismatch(es)")
-    if not a.skip_bench:
-        csv_path = a.csv or os.path.join(a.out_dir, f"pytorch_compare_{a.dtype}.csv")
-        bench_half(a.bin_dir, takes, a.dtype, [int(n) for n in (a.bench_n or "1024,4096,16384").split(",")], csv_path)
-    return 1 if failures else 0
+def picked(name, steps):
+    """Whether step `name` (stepNN_...) is in `steps` (numbers or names, comma-separated; None: every step)."""
+    if not steps:
+        return True
+    for want in steps.split(","):
+        if want == name or (want.isdigit() and name.startswith(f"step{int(want):02d}_")):
+            return True
+    return False
 
 
 def main():
@@ -405,34 +454,54 @@ def main():
     ap.add_argument("bin_dir")
     ap.add_argument("out_dir")
     ap.add_argument("--skip-bench", action="store_true", help="only the correctness check")
-    ap.add_argument("--bench-n", default=None,
-                    help="sequence lengths to time (fp32: 512,...,16384; bf16/fp16: 1024,4096,16384)")
+    ap.add_argument("--bench-n", default=None, help="sequence lengths to time (default 1024,4096,16384)")
     ap.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
-                    help="the precision to check and time the steps in (bf16/fp16: the steps that compute in it)")
-    ap.add_argument("--csv", default=None, help="bf16/fp16: the CSV to write (default OUTDIR/pytorch_compare_<dtype>.csv)")
+                    help="the precision to check and time the steps in (the steps that compute in it)")
+    ap.add_argument("--csv", default=None, help="the CSV to write (default OUTDIR/pytorch_compare_<dtype>.csv)")
+    ap.add_argument("--skip-check", action="store_true", help="only the timing (each step's O is still compared "
+                    "with SDPA's on the timed inputs)")
+    ap.add_argument("--head-dims", default="64,128", help="head dimensions to time (default 64,128)")
+    ap.add_argument("--steps", default=None, help="only these steps (numbers or names, comma-separated, e.g. 9,17)")
+    ap.add_argument("--python-dir", default=None,
+                    help="the folder holding the flash_steps package (default BUILD_BIN_DIR/../python)")
     a = ap.parse_args()
+    if a.skip_bench and a.skip_check:
+        ap.error("--skip-bench and --skip-check leave nothing to do")
     if not torch.cuda.is_available():
         print("check_pytorch.py needs a CUDA GPU and PyTorch built with CUDA", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 yardstick must be fp32
-    steps = gpu_steps(a.bin_dir)
+    steps = [s for s in gpu_steps(a.bin_dir) if picked(s, a.steps)]
     if not steps:
-        print(f"no CUDA step programs in {a.bin_dir}", file=sys.stderr)
+        print(f"no CUDA step programs in {a.bin_dir}" + (f" among --steps {a.steps}" if a.steps else ""),
+              file=sys.stderr)
         return 2
     os.makedirs(a.out_dir, exist_ok=True)
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, steps: {' '.join(steps)}")
-    if a.dtype != "fp32":
-        return main_half(a, steps)
-    # fp32: the step programs that compute in fp32 (a bf16/fp16-only step refuses it by name).
-    steps, others = steps_computing_in(a.bin_dir, steps, "fp32")
+    takes, others = steps_computing_in(a.bin_dir, steps, a.dtype)
     for step, why in others.items():
         print(f"{step}: skipped ({why})")
-    failures = check(a.bin_dir, a.out_dir, steps)
-    print(f"correctness: {failures} mismatch(es)")
+    if not takes:
+        print(f"no step program in {a.bin_dir} computes in {a.dtype}", file=sys.stderr)
+        return 2
+    print(f"steps in {a.dtype}: {' '.join(takes)}")
+    failures = 0
+    if not a.skip_check:
+        failures = check(a.bin_dir, a.out_dir, takes) if a.dtype == "fp32" else check_half(a.bin_dir, a.out_dir, takes, a.dtype)
+        print(f"correctness ({a.dtype}): {failures} mismatch(es)")
     if not a.skip_bench:
-        bench(a.bin_dir, a.out_dir, steps, [int(n) for n in (a.bench_n or "512,1024,2048,4096,8192,16384").split(",")])
+        _, fsp = import_step_ops(a.python_dir or os.path.join(a.bin_dir, "..", "python"))
+        missing = [s for s in takes if s not in fsp.OPS]
+        if missing:
+            print(f"check_pytorch.py: the flash_steps module has no operator for {' '.join(missing)} (built from "
+                  f"another tree?); its operators: {' '.join(fsp.OPS)}", file=sys.stderr)
+            return 2
+        csv_path = a.csv or os.path.join(a.out_dir, f"pytorch_compare_{a.dtype}.csv")
+        failures += bench({s: fsp.OPS[s] for s in takes}, a.dtype, [int(n) for n in (a.bench_n or "1024,4096,16384").split(",")],
+                          [int(d) for d in a.head_dims.split(",")], csv_path)
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
