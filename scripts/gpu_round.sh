@@ -14,6 +14,28 @@
 # small shapes (every d, tails, causal) instead of the whole test suite: minutes
 # instead of tens of minutes, for a round that must fit a short lease. FLASH_SAN_STEPS and
 # FLASH_NCU_STEPS (e.g. "step11 step14") limit the sanitizer and ncu phases to some steps.
+#
+# The perf phase (not in the default phases; FLASH_ROUND_PHASES=perf) times every GPU step
+# at sustained clocks, each kernel and its baseline the same way in one process, by two
+# methods (back_to_back: K calls between two events after a warm-up; cuda_graph: the K calls
+# captured in a CUDA graph and replayed; median of 5 repetitions):
+#  1. build-gpu/bin/gpu_bench --sections steps: steps 4-21 and cuBLAS at B=4, H=16, N=4096,
+#     d 64 and 128, causal and not, fp32 for steps 4-8 and bf16 for the others, written to
+#     docs/results/current/gpu_steps_<GPU>_<date>.csv (the step pages' "measured" tables);
+#  2. scripts/check_pytorch.py --dtype bf16: the torch operators of steps 9-21 beside every
+#     SDPA backend at N = 1024, 4096, 16384, d 64 and 128, causal and not, written to
+#     docs/results/current/pytorch_compare_bf16_<GPU>_<date>.csv (the "compare" tables);
+#     FLASH_PERF_FP16=1 adds the same in fp16 (about 4 more minutes).
+# Expected time on an H100, by the timing's own budget (per kernel and point: ~0.75 s of
+# warm-up + 2 x 5 repetitions of ~50 ms + a capture): gpu_bench ~2 min (76 kernel-points,
+# the slow fp32 steps 4-5 at ~10 s each), check_pytorch ~5 min (12 points x 17 kernels, the
+# N = 16384 points of the slower steps longest): about 7-8 minutes, plus the build. To
+# restrict it: FLASH_PERF_STEPS (step numbers, e.g. "9,17,21"), FLASH_PERF_N (check_pytorch's
+# lengths, e.g. "4096"), FLASH_PERF_DIMS (check_pytorch's d, e.g. "128"), FLASH_PERF_SEQ
+# (gpu_bench's N, default 4096). FLASH_PYTHON: the python3 with torch (default python3).
+# FLASH_BUILD_TARGETS: build only these targets (e.g. for the perf phase alone:
+# "gpu_bench flash_steps_python" and the step programs, which check_pytorch.py asks which
+# precisions they take); default: everything.
 set -euo pipefail
 
 out=${1:?usage: scripts/gpu_round.sh OUTDIR}
@@ -38,9 +60,13 @@ echo "== $(tail -n 1 "$out/gpu.txt"), $(date -u +%F)"
 echo "== configure and build"
 prefix=()
 [[ -d .carry/deps/usr ]] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.carry/deps/usr")
+targets=()
+# shellcheck disable=SC2206  # a list of target names, split on spaces
+[[ -n ${FLASH_BUILD_TARGETS:-} ]] && targets=(--target $FLASH_BUILD_TARGETS)
 { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix[@]}" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 &&
-  cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1 || fail "build" "$out/build.log"
+  cmake --build "$build" -j "$(nproc)" "${targets[@]}"; } >"$out/build.log" 2>&1 ||
+  fail "build" "$out/build.log"
 note build ok
 # The GPU steps: step 4 on (steps 1-3 run on the CPU).
 gpu_programs=()
@@ -59,34 +85,38 @@ if want tests; then
 fi
 
 if want perf; then
-  echo "== each GPU step at B=4, H=16, N=4096 (JSON lines, a table)"
-  : >"$out/perf.jsonl"
-  for prog in "${gpu_programs[@]}"; do
-    for d in 64 128; do
-      for causal in "" --causal; do
-        timeout 120 "$prog" --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim $d $causal --repeat 10 --json \
-          >>"$out/perf.jsonl" 2>>"$out/perf.err" || fail "perf run of $(basename "$prog")" "$out/perf.err"
-      done
-    done
+  # Sustained timing only: the programs' --repeat (one launch, the GPU idle before it) is a
+  # quick look and never goes into these files. Results live in docs/results/current/.
+  results=docs/results/current
+  mkdir -p "$results"
+  gpu_name=$(tail -n 1 "$out/gpu.txt" | cut -d, -f1 | sed 's/^ *//; s/ *$//')
+  gpu_tag=$(echo "$gpu_name" | sed 's/^NVIDIA //; s/[^A-Za-z0-9.-]\{1,\}/_/g')
+  day=$(date -u +%F)
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit="$commit+dirty"
+  steps_csv="$results/gpu_steps_${gpu_tag}_${day}.csv"
+  echo "== perf 1/2: gpu_bench, steps 4-21 beside cuBLAS at B=4, H=16, N=${FLASH_PERF_SEQ:-4096} ($gpu_name)"
+  start=$SECONDS
+  "$build"/bin/gpu_bench --sections steps --seq "${FLASH_PERF_SEQ:-4096}" ${FLASH_PERF_STEPS:+--steps "$FLASH_PERF_STEPS"} \
+    --csv "$out/gpu_steps.csv" >"$out/perf_gpu_bench.txt" 2>&1 || fail "perf: gpu_bench" "$out/perf_gpu_bench.txt"
+  # The commit measured, as a last column: the pages' captions name it.
+  awk -v commit="$commit" 'NR == 1 { print $0 ",commit"; next } { print $0 "," commit }' "$out/gpu_steps.csv" >"$steps_csv"
+  note "perf: gpu_bench" "$(($(grep -c '' "$steps_csv") - 1)) rows in $steps_csv ($((SECONDS - start)) s)"
+  # check_pytorch.py: the torch operators of the 16-bit steps (9 on) beside SDPA. Correctness is
+  # the tests phase's (and each timed O is compared with SDPA's); --skip-check keeps this phase short.
+  torch_steps=${FLASH_PERF_STEPS:-9,10,11,12,13,14,15,16,17,18,19,20,21}
+  dtypes=(bf16)
+  [[ ${FLASH_PERF_FP16:-0} == 1 ]] && dtypes+=(fp16)
+  for dtype in "${dtypes[@]}"; do
+    compare_csv="$results/pytorch_compare_${dtype}_${gpu_tag}_${day}.csv"
+    echo "== perf 2/2: check_pytorch.py, torch operators of steps $torch_steps beside SDPA, $dtype"
+    start=$SECONDS
+    PYTHONPATH="$PWD/$build/python" "${FLASH_PYTHON:-python3}" scripts/check_pytorch.py "$build/bin" "$out/pytorch_$dtype" \
+      --dtype "$dtype" --skip-check --steps "$torch_steps" --bench-n "${FLASH_PERF_N:-1024,4096,16384}" \
+      --head-dims "${FLASH_PERF_DIMS:-64,128}" --csv "$compare_csv" >"$out/perf_pytorch_$dtype.txt" 2>&1 ||
+      fail "perf: check_pytorch.py $dtype" "$out/perf_pytorch_$dtype.txt"
+    note "perf: SDPA $dtype" "$(($(grep -c '' "$compare_csv") - 1)) rows in $compare_csv ($((SECONDS - start)) s)"
   done
-  # The table on stdout, and gpu_steps.csv: the file the step pages' "measured" tables
-  # come from (scripts/render-pages), one row per step, d and mask.
-  python3 - "$out/perf.jsonl" "$out/gpu.txt" "$out/gpu_steps.csv" <<'PY'
-import csv, json, sys
-gpu = open(sys.argv[2]).read().splitlines()[-1].split(",")[0].strip()
-cols = ["gpu", "kernel", "batch", "heads", "seq_q", "seq_kv", "head_dim", "causal", "runs", "median_ms",
-        "tflops", "registers", "local_bytes", "smem_bytes", "blocks_per_sm", "B_r", "B_c", "threads", "dtype"]
-with open(sys.argv[3], "w", newline="") as f:
-    w = csv.writer(f, lineterminator="\n")
-    w.writerow(cols)
-    for line in open(sys.argv[1]):
-        r = json.loads(line)
-        print(f"{r['step']:28s} {r['dtype']} d={r['head_dim']:<4d} {'causal' if r['causal'] else 'full  '} "
-              f"{r['time_ms']:9.3f} ms {r['tflops']:7.2f} TFLOP/s  regs={r.get('registers')} local={r.get('local_bytes')}")
-        w.writerow([gpu, r["step"], r["batch"], r["heads"], r["seq_q"], r["seq_kv"], r["head_dim"], int(r["causal"]),
-                    r["timed_runs"], f"{r['time_ms']:.4f}", f"{r['tflops']:.3f}"] +
-                   [int(r[k]) if r.get(k) is not None else "" for k in cols[11:-1]] + [r["dtype"]])
-PY
 fi
 
 if want resources; then
@@ -182,8 +212,8 @@ fi
 
 if want bench; then
   echo
-  echo "== benchmark, N=4096 d=128 B·H=64 (grid section)"
-  awk -F, 'NR == 1 || ($2 == "grid" && $6 == 4096 && $8 == 128) { printf "%-22s %-6s %-4s %-10s %-8s %-17s %s\n", $3, $9, $10, $11, $12, $13, $14 }' "$out/gpu_bench.csv"
+  echo "== benchmark, N=4096 d=128 B·H=64 (grid section; sustained timing, both methods)"
+  awk -F, 'NR == 1 || ($3 == "grid" && $9 == 4096 && $11 == 128) { printf "%-22s %-12s %-6s %-10s %-8s %-17s %s\n", $5, $4, $12, $15, $16, $17, $18 }' "$out/gpu_bench.csv"
 fi
 echo
 echo "== summary ($out)"
