@@ -6,6 +6,9 @@
 /// thread's 4 rows of S_ij and O_i then take B_c + d = 192 of its registers; m_i and l_i,
 /// touched once a tile, move to shared memory, a slot per thread, to make room without a
 /// spill. Each K/V tile's barrier, row maxima and rescale of O_i now serve twice the keys.
+/// For the same reason line 3's loop over query tiles, which ran once, becomes a call,
+/// query_tile(bh, i), for the block's one tile: the loop kept its own state and the
+/// tile's pointers alive across the whole body, registers that the tiles now need.
 ///
 /// Run: build/bin/step12_register_budget --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
 ///      build/bin/step12_register_budget --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
@@ -107,14 +110,6 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
   const float scale_log2 = scale * common::cuda::kLog2e;  // scale · log2(e): S_ij in base 2
 
-  // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
-  const size_t bh = blockIdx.x % batch_heads;
-  const auto Q = Q_all + bh * n_q * d;
-  const auto K = K_all + bh * n_kv * d;
-  const auto V = V_all + bh * n_kv * d;
-  const auto O = O_all + bh * n_q * d;
-  const auto L = L_all + bh * n_q;
-
   //! [shared memory]
   extern __shared__ __align__(16) unsigned char smem_bytes[];  // the block's dynamic shared memory
   const auto smem = reinterpret_cast<T*>(smem_bytes);
@@ -131,9 +126,14 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
 
   //! [algorithm 1]
-  // Line 3: query tiles, in parallel: T_r blocks per (b, h), the longest causal tiles of
-  // every head first; with this grid each block takes one tile and the loop runs once.
-  for (int i = Tr - 1 - int(blockIdx.x) / batch_heads; i >= 0; i -= int(gridDim.x) / batch_heads) {
+  // Line 3's body: query tile i of head bh. Which tile this block takes is the block order, below.
+  const auto query_tile = [&](size_t bh, int i) {
+    // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory: head bh's.
+    const auto Q = Q_all + bh * n_q * d;
+    const auto K = K_all + bh * n_kv * d;
+    const auto V = V_all + bh * n_kv * d;
+    const auto O = O_all + bh * n_q * d;
+    const auto L = L_all + bh * n_q;
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
@@ -279,7 +279,11 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       }
       if (col_lane == 0) L[q0 + r] = mi[t][tid] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
-  }
+  };
+  //! [block order]
+  // Line 3: query tiles, in parallel, one a block: the longest causal tiles of every head first.
+  query_tile(blockIdx.x % batch_heads, Tr - 1 - int(blockIdx.x / batch_heads));
+  //! [block order]
   //! [algorithm 1]
 }
 //! [kernel]

@@ -113,14 +113,6 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
   const float scale_log2 = common::cuda::exp2_factor(scale);
 
-  // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
-  const size_t bh = blockIdx.x % batch_heads;
-  const auto Q = Q_all + bh * n_q * d;
-  const auto K = K_all + bh * n_kv * d;
-  const auto V = V_all + bh * n_kv * d;
-  const auto O = O_all + bh * n_q * d;
-  const auto L = L_all + bh * n_q;
-
   //! [shared memory]
   extern __shared__ __align__(16) unsigned char smem_bytes[];  // the block's dynamic shared memory
   const auto smem = reinterpret_cast<T*>(smem_bytes);
@@ -137,9 +129,14 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   __shared__ float mi[kRows][kThreads], li[kRows][kThreads];
 
   //! [algorithm 1]
-  // Line 3: query tiles, in parallel: T_r blocks per (b, h), the longest causal tiles of
-  // every head first; with this grid each block takes one tile and the loop runs once.
-  for (int i = Tr - 1 - int(blockIdx.x) / batch_heads; i >= 0; i -= int(gridDim.x) / batch_heads) {
+  // Line 3's body: query tile i of head bh. Which tile this block takes is the block order, below.
+  const auto query_tile = [&](size_t bh, int i) {
+    // Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory: head bh's.
+    const auto Q = Q_all + bh * n_q * d;
+    const auto K = K_all + bh * n_kv * d;
+    const auto V = V_all + bh * n_kv * d;
+    const auto O = O_all + bh * n_q * d;
+    const auto L = L_all + bh * n_q;
     const int q0 = i * Br, rows = min(Br, n_q - q0);
     // Causal: the tile's last row sees keys up to its own index; later K/V tiles are skipped.
     const int Tc = ((causal ? min(n_kv, q0 + rows) : n_kv) + Bc - 1) / Bc;
@@ -291,7 +288,11 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       }
       if (col_lane == 0) L[q0 + r] = mi[t][tid] * common::cuda::kLn2 + logf(l_row);  // m_i · ln 2: base e
     }
-  }
+  };
+  //! [block order]
+  // Line 3: query tiles, in parallel, one a block: the longest causal tiles of every head first.
+  query_tile(blockIdx.x % batch_heads, Tr - 1 - int(blockIdx.x / batch_heads));
+  //! [block order]
   //! [algorithm 1]
 }
 //! [kernel]

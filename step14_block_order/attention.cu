@@ -6,8 +6,7 @@
 /// time. Causal tiles differ in length (tile i sees i + 1 K/V tiles), so the longest tiles
 /// of every head go first, as in step 13, and the short ones fill the last wave. Tiles
 /// without the mask are all alike, so one head's tiles now run side by side: they read the
-/// same K and V at about the same time, which then come from L2 instead of HBM. Line 3's
-/// body becomes `query_tile(bh, i)`, called with the tile the order gives this block.
+/// same K and V at about the same time, which then come from L2 instead of HBM.
 ///
 /// Run: build/bin/step14_block_order --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
 ///      build/bin/step14_block_order --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
