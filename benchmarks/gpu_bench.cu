@@ -136,7 +136,7 @@ std::vector<Entry> entries() {
   std::vector<Entry> list = {{cublas_step()}};
   for (const common::StepInfo& step : tour::built_gpu_steps()) {
     // The baseline is fp32: the bf16/fp16 steps are compared with PyTorch's SDPA in
-    // their own precision instead (scripts/check_pytorch.py --dtype).
+    // their own precision instead (scripts/gpu/check_pytorch.py --dtype).
     if (step.precisions.front() != common::Precision::fp32) continue;
     list.push_back({step});
     if (step.name == "step05_cuda_registers") list.push_back({step05_spill::describe(), false});

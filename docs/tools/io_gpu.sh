@@ -3,7 +3,7 @@
 #
 # Reads the newest REPO/docs/results/ncu_*.txt (one Nsight Compute profile per GPU
 # step at B = 4, H = 16, N_q = N_kv = 4096, d = 128, not causal; written by
-# scripts/gpu_round.sh) and the newest gpu_steps_*.csv (each step's B_r, B_c and
+# scripts/gpu/round.sh) and the newest gpu_steps_*.csv (each step's B_r, B_c and
 # precision at that shape), and writes OUTDIR/io_table_gpu.md: per step, the bytes
 # its loop order moves between HBM and the chip if nothing is found in the L2 cache,
 # beside ncu's dram__bytes_read.sum and dram__bytes_write.sum.

@@ -4,7 +4,7 @@
 #
 # Reads the newest REPO/docs/results/gpu_steps_*.csv (columns gpu, kernel, batch,
 # heads, seq_q, seq_kv, head_dim, causal, ..., tflops; one row per step and mask,
-# written by scripts/gpu_round.sh), so a step appears as soon as its rows do.
+# written by scripts/gpu/round.sh), so a step appears as soon as its rows do.
 # Baselines: every row of any other CSV in docs/results whose kernel/step is not
 # a step (cublas_standard, torch_sdpa_*, sdpa_* of check_pytorch.py in bf16/fp16,
 # named with their dtype) measured on the same GPU and problem (B, H, N, d); where

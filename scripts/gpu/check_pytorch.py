@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the CUDA steps against PyTorch on the GPU, then times both side by side.
 
-Usage: scripts/check_pytorch.py BUILD_BIN_DIR OUTDIR [--skip-bench] [--bench-n 512,1024,...]
-       scripts/check_pytorch.py BUILD_BIN_DIR OUTDIR --dtype bf16|fp16 [--csv PATH] [--bench-n 1024,4096,16384]
+Usage: scripts/gpu/check_pytorch.py BUILD_BIN_DIR OUTDIR [--skip-bench] [--bench-n 512,1024,...]
+       scripts/gpu/check_pytorch.py BUILD_BIN_DIR OUTDIR --dtype bf16|fp16 [--csv PATH] [--bench-n 1024,4096,16384]
 
 Without --dtype (or with --dtype fp32), the float32 mode:
 

@@ -3,12 +3,12 @@
 # synthetic steps in a scratch directory, then runs it on every pair of
 # consecutive steps of this repository. Registered with ctest as `diff_steps`.
 #
-#   scripts/test-diff-steps.sh      # prints "ok" lines, exits 1 on the first failure
+#   scripts/tests/test-diff-steps.sh      # prints "ok" lines, exits 1 on the first failure
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/.." && pwd)"
-diff_steps="$here/diff-steps"
+repo="$(cd "$here/../.." && pwd)"
+diff_steps="$repo/scripts/diff-steps"
 awk_html="$repo/docs/tools/diff_to_html.awk"
 
 tmp=$(mktemp -d)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call, on the GPU machine:
-#   scripts/gpu_round.sh OUTDIR
+#   scripts/gpu/round.sh OUTDIR
 # configure + build (build-gpu, sm_90), GPU tests (must pass, never skip),
 # compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every GPU
 # step's test executable on the conformance shapes, the compiler's resource
@@ -16,9 +16,9 @@
 # FLASH_NCU_STEPS (e.g. "step11 step14") limit the sanitizer and ncu phases to some steps.
 set -euo pipefail
 
-out=${1:?usage: scripts/gpu_round.sh OUTDIR}
+out=${1:?usage: scripts/gpu/round.sh OUTDIR}
 mkdir -p "$out"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=build-gpu
 phases=" ${FLASH_ROUND_PHASES:-tests resources bench ncu sanitizer} "
 want() { [[ $phases == *" $1 "* ]]; }
@@ -70,7 +70,7 @@ if want perf; then
     done
   done
   # The table on stdout, and gpu_steps.csv: the file the step pages' "measured" tables
-  # come from (scripts/render-pages), one row per step, d and mask.
+  # come from (scripts/docs/render-pages), one row per step, d and mask.
   python3 - "$out/perf.jsonl" "$out/gpu.txt" "$out/gpu_steps.csv" <<'PY'
 import csv, json, sys
 gpu = open(sys.argv[2]).read().splitlines()[-1].split(",")[0].strip()

@@ -1,7 +1,7 @@
-# scripts/variants.sh — sourced by scripts/stepNN_variants.sh: rebuild one step with some
+# scripts/experiments/variants.sh — sourced by scripts/experiments/stepNN_variants.sh: rebuild one step with some
 # lines of its attention.cu changed, and time each variant the same way.
 #
-#   source scripts/variants.sh; variants_of STEP_DIR
+#   source scripts/experiments/variants.sh; variants_of STEP_DIR
 #   run NAME ['sed expression' ...]
 #
 # variants_of keeps a copy of STEP_DIR/attention.cu and puts it back when the script
