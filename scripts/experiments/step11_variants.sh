@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# scripts/experiments/step11_variants.sh — step 11's design choices, measured (GPU machine, after a build
-# of build-gpu, e.g. FLASH_ROUND_PHASES=none scripts/gpu/round.sh OUT).
+# scripts/experiments/step11_variants.sh — step 11's design choices, measured (GPU machine,
+# after a build of build-gpu, e.g. FLASH_ROUND_PHASES=none scripts/gpu/round.sh OUT).
 #
-# Builds step11_feeding_tensor_cores in turn with one of its constants changed (sed on
-# attention.cu, restored at the end) and times each at B=4, H=16, N=4096, bf16, d 64 and
-# 128, causal and not, with the registers, spill bytes, tiles and blocks per SM the
-# program reports:
+# Builds a scratch copy of step11_feeding_tensor_cores in turn with one of its constants
+# changed (scripts/experiments/variants.sh: sed on the copy's attention.cu, the working
+# tree left alone) and times each at B=4, H=16, N=4096, bf16, d 64 and 128, causal and
+# not, with the registers, spill bytes, tiles and blocks per SM the program reports:
 #   V0 step 11 as it is (B_r = 128 from 4 warps of 32 rows; B_c = 64, 32 at d = 128)
 #   V1 B_c = 64 at d = 128 too (more registers than a thread has: a small spill)
 #   V2 8 warps of 16 rows (B_r = 128, one mma tile a warp), B_c = 64

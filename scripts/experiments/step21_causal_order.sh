@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# scripts/experiments/step21_causal_order.sh — the trial behind step 17's causal block order (GPU machine,
-# after a build of build-gpu, e.g. FLASH_ROUND_PHASES=none scripts/gpu/round.sh OUT).
+# scripts/experiments/step21_causal_order.sh — the trial behind step 21's causal block order
+# (GPU machine, after a build of build-gpu, e.g. FLASH_ROUND_PHASES=none scripts/gpu/round.sh OUT).
 #
-# Rebuilds step21_tiles_by_head_dim with every causal block in one order, then the other
-# (scripts/experiments/variants.sh: sed on attention.cu, restored at the end), and times each, causal,
-# bf16, B=4, H=16, at N = 4096 and 16384, d = 64 and 128:
-#   longest_first  the longest tiles of every head first (step 12's causal order)
+# Rebuilds a scratch copy of step21_tiles_by_head_dim with every causal block in one order,
+# then the other (scripts/experiments/variants.sh: sed on the copy's attention.cu, the
+# working tree left alone), and times each, causal, bf16, B=4, H=16, at N = 4096 and
+# 16384, d = 64 and 128:
+#   longest_first  the longest tiles of every head first (step 14's causal order)
 #   head_by_head   one head's tiles side by side, longest first (the unmasked order)
-# Step 17 takes the faster per d; the step page shows docs/results/runs/step21_causal_order.txt.
+# Step 21 takes the faster per d; the step page shows docs/results/runs/step21_causal_order.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/experiments/variants.sh
