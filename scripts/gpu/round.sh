@@ -14,6 +14,10 @@
 # small shapes (every d, tails, causal) instead of the whole test suite: minutes
 # instead of tens of minutes, for a round that must fit a short lease. FLASH_SAN_STEPS and
 # FLASH_NCU_STEPS (e.g. "step11 step14") limit the sanitizer and ncu phases to some steps.
+# At the end the round's data files are also copied, named by date, to
+# FLASH_ROUND_RESULTS (default docs/results/current, where the step pages, the plots and
+# the docs tools read them; a name already taken gets _run2, _run3, ...): gpu_steps,
+# gpu_bench, gpu_resources, gpu_sanitizer, gpu_tests and ncu, as far as their phases ran.
 set -euo pipefail
 
 out=${1:?usage: scripts/gpu/round.sh OUTDIR}
@@ -185,6 +189,21 @@ if want bench; then
   echo "== benchmark, N=4096 d=128 B·H=64 (grid section)"
   awk -F, 'NR == 1 || ($2 == "grid" && $6 == 4096 && $8 == 128) { printf "%-22s %-6s %-4s %-10s %-8s %-17s %s\n", $3, $9, $10, $11, $12, $13, $14 }' "$out/gpu_bench.csv"
 fi
+# The data files under the names docs/results/README.md lists, in docs/results/current/.
+results=${FLASH_ROUND_RESULTS:-docs/results/current}
+mkdir -p "$results"
+day=$(date -u +%F)
+for pair in gpu_steps.csv:gpu_steps gpu_bench.csv:gpu_bench resources.txt:gpu_resources \
+            sanitizer.log:gpu_sanitizer ctest_gpu.log:gpu_tests ncu.txt:ncu; do
+  from=$out/${pair%%:*}
+  [[ -s $from ]] || continue
+  ext=${from##*.}; [[ $ext == log ]] && ext=txt
+  to=$results/${pair#*:}_$day.$ext run=1
+  while [[ -e $to ]]; do run=$((run + 1)); to=$results/${pair#*:}_${day}_run$run.$ext; done
+  cp "$from" "$to"
+  note "${pair#*:}" "$to"
+done
+
 echo
 echo "== summary ($out)"
 printf '%s\n' "${summary[@]}"
