@@ -9,9 +9,9 @@
 ///  - `steps` (not in the default set): every GPU step, fp32 and 16-bit alike, each in
 ///    its own precision (`--half-dtype` for the 16-bit ones), beside cuBLAS at B = 4,
 ///    H = 16, N = `--seq` (4096), d in {64, 128}, causal off and on: the figures the step
-///    pages' "measured" tables show (scripts/gpu_round.sh, perf phase).
+///    pages' "measured" tables show (scripts/gpu/round.sh, perf phase).
 /// The grid, long and sweep sections time the fp32 steps; the 16-bit steps are compared
-/// with PyTorch's SDPA in their own precision (scripts/check_pytorch.py).
+/// with PyTorch's SDPA in their own precision (scripts/gpu/check_pytorch.py).
 ///
 /// Every kernel, the baseline included, is timed the same two ways, at sustained clocks
 /// (see SustainedTimer): `back_to_back`, K calls on one stream between two CUDA events
@@ -158,7 +158,7 @@ std::vector<Entry> entries(bool with_half, const std::function<bool(const std::s
   for (const common::StepInfo& step : tour::built_gpu_steps()) {
     if (!keep(step.name)) continue;
     // The baseline is fp32: outside the `steps` section the bf16/fp16 steps are compared
-    // with PyTorch's SDPA in their own precision instead (scripts/check_pytorch.py --dtype).
+    // with PyTorch's SDPA in their own precision instead (scripts/gpu/check_pytorch.py --dtype).
     if (!with_half && step.precisions.front() != common::Precision::fp32) continue;
     list.push_back({step});
     if (!with_half && step.name == "step05_cuda_registers") list.push_back({step05_spill::describe(), false});

@@ -8,7 +8,7 @@
 /// mma.m16n8k16 with floating point type"). A kernel never names that pattern
 /// directly, but every line that masks a score, takes a row maximum or writes O
 /// depends on it, so it is written once here, as plain arithmetic, and tested on
-/// the CPU (common/test_common.cpp) against the ISA's tables. With
+/// the CPU (tests/common/test_precision.cpp) against the ISA's tables. With
 ///   group = lane / 4  (0..7, "groupID")   and   quad = lane % 4  (0..3, "threadID_in_group"):
 ///
 /// - A, 16×16, row-major, 8 elements a0..a7 in four 32-bit registers:

@@ -6,7 +6,7 @@
 ///
 /// As fragments.hpp does for `mma.sync`, this header issues no instruction: the
 /// bit fields and index formulas a Hopper kernel depends on are written once, as
-/// plain arithmetic, and tested on the CPU (common/test_wgmma.cpp) against the
+/// plain arithmetic, and tested on the CPU (tests/common/test_wgmma.cpp) against the
 /// PTX ISA. A warpgroup is 4 consecutive warps, 128 threads; below, `thread` is
 /// 0..127, warp = thread / 32, lane = thread % 32, group = lane / 4 and
 /// quad = lane % 4 as in fragments.hpp.

@@ -5,7 +5,8 @@
 #
 # Reads what scripts/diff-steps prints: git's file headers (including a rename's
 # "similarity index", "rename from", "rename to"), hunks, and the one-line
-# "only in <step>: ..." list of files found in one step only. Every line outside
+# "only in <step>: ..." list of files found in one step only (and the one-line
+# "same but for the step's name: ..." list, which comes first). Every line outside
 # a hunk is a header; inside a hunk the first character says what a line is, so
 # a removed line that reads "-- x" is not mistaken for a "--- a/file" header.
 function escape(s) {
@@ -16,7 +17,7 @@ function escape(s) {
 }
 BEGIN { print "<div class=\"fragment diff\">"; in_hunk = 0 }
 {
-  if ($0 ~ /^diff --git / || $0 ~ /^only in /) in_hunk = 0
+  if ($0 ~ /^diff --git / || $0 ~ /^only in / || $0 ~ /^same but for the step's name: /) in_hunk = 0
   else if ($0 ~ /^@@/) in_hunk = 1
   cls = "file"
   if ($0 ~ /^@@/) cls = "hunk"

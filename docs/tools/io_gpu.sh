@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # io_gpu.sh REPO OUTDIR — the GPU steps' DRAM traffic, model beside measurement.
 #
-# Reads the newest REPO/docs/results/ncu_*.txt (one Nsight Compute profile per GPU
+# Reads the newest REPO/docs/results/current/ncu_*.txt (one Nsight Compute profile per GPU
 # step at B = 4, H = 16, N_q = N_kv = 4096, d = 128, not causal; written by
-# scripts/gpu_round.sh) and the newest gpu_steps_*.csv (each step's B_r, B_c and
+# scripts/gpu/round.sh) and the newest gpu_steps_*.csv (each step's B_r, B_c and
 # precision at that shape), and writes OUTDIR/io_table_gpu.md: per step, the bytes
 # its loop order moves between HBM and the chip if nothing is found in the L2 cache,
 # beside ncu's dram__bytes_read.sum and dram__bytes_write.sum.
@@ -21,12 +21,12 @@ set -euo pipefail
 
 repo=$1
 out=$2
-results="$repo/docs/results"
+results="$repo/docs/results/current"  # not archive/: its step numbers are not today's
 ncu=$(ls "$results"/ncu_*.txt 2>/dev/null | sort | tail -n 1 || true)
 steps=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -n 1 || true)
 table="$out/io_table_gpu.md"
 if [[ -z $ncu || -z $steps ]]; then
-  echo "*Not measured yet: no ncu_*.txt or gpu_steps_*.csv in docs/results.*" > "$table"
+  echo "*Not measured yet: no ncu_*.txt or gpu_steps_*.csv in docs/results/current.*" > "$table"
   exit 0
 fi
 
@@ -78,7 +78,7 @@ awk -v ncu_name="$(basename "$ncu")" -v steps_name="$(basename "$steps")" '
       printf "| `%s` | %s | %s | %s × %s | %s | %s | %.2f | %s | %s | %s |\n", s, how,
              (e[s] == 4 ? "fp32" : "bf16"), Br[s], Bc[s], gb(r), gb(rd[s]), rd[s] / r, gb(w), gb(wr[s]), gb(once)
     }
-    printf "\nB = 4, H = 16, N_q = N_kv = 4096, d = 128, not causal. ncu: [docs/results/%s](repo/docs/results/%s); tiles and precision: [docs/results/%s](repo/docs/results/%s). GB = 10⁹ bytes.\n", ncu_name, ncu_name, steps_name, steps_name
+    printf "\nB = 4, H = 16, N_q = N_kv = 4096, d = 128, not causal. ncu: [docs/results/current/%s](repo/docs/results/current/%s); tiles and precision: [docs/results/current/%s](repo/docs/results/current/%s). GB = 10⁹ bytes.\n", ncu_name, ncu_name, steps_name, steps_name
   }
 ' FS=, "$steps" 'FS= ' "$ncu" > "$table.tmp"
 mv "$table.tmp" "$table"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # results.sh REPO OUTDIR — the data of the "Results" and "FA1 vs FA2" pages.
 #
-# Reads every REPO/docs/results/*.csv (written by the benchmark programs) and
-# writes into OUTDIR:
+# Reads the current measurements, REPO/docs/results/*.csv and
+# REPO/docs/results/current/*.csv (written by the benchmark programs and the GPU round;
+# docs/results/archive/ is not read: its step numbers are not today's), and writes into
+# OUTDIR:
 #   results_tables.md   per CSV: where it was measured (the file's row in
 #                       docs/results/README.md), the commit that added it, the
 #                       table, and its plots
@@ -10,7 +12,7 @@
 #                       time against N, and working memory against N where the
 #                       CSV has peak_bytes; one set per (B, H, d, causal) in the file
 #   fa_numbers.md       step05_cuda_registers against step06_fa2: the newest
-#                       gpu_steps_*.csv's times, grids and causal savings, and
+#                       current/gpu_steps_*.csv's times, grids and causal savings, and
 #                       any B·H sweep of both (else: "not measured yet")
 #
 # A CSV is recognised by its columns, not its name: it needs `step` (the step or
@@ -43,6 +45,7 @@ provenance() {
     END { if (!found) print "- (no row for this file in `docs/results/README.md`)" }' "$results/README.md"
 }
 
+# commit_of PATH: the commit that added PATH (relative to docs/results).
 commit_of() {
   local rel="docs/results/$1" c
   if command -v git >/dev/null 2>&1 && c=$(git -C "$repo" log -1 --format='%h, %ad' --date=short -- "$rel" 2>/dev/null) && [[ -n "$c" ]]; then
@@ -63,10 +66,13 @@ csv_table() {
 }
 
 plot_count=0
-csvs=("$results"/*.csv)
-[[ -e "${csvs[0]}" ]] || csvs=()
+csvs=()
+for csv in "$results"/*.csv "$results"/current/*.csv; do
+  [[ -e "$csv" ]] && csvs+=("$csv")
+done
 for csv in "${csvs[@]}"; do
   name=$(basename "$csv")
+  rel=${csv#"$results"/}  # precision_errors.csv, current/gpu_steps_DATE.csv
   stem=${name%.csv}
   anchor=$(echo "results_$stem" | tr -c 'A-Za-z0-9_\n' '_')
   header=$(head -1 "$csv" | tr -d '\r')
@@ -85,8 +91,8 @@ for csv in "${csvs[@]}"; do
     if [[ -n "$c_gpu" ]]; then
       echo "- **GPU (from the file):** $(awk -F',' -v c="$c_gpu" 'NR > 1 && !seen[$c]++ { printf "%s%s", (n++ ? ", " : ""), $c }' "$csv")"
     fi
-    echo "- **commit:** $(commit_of "$name")"
-    echo "- **file:** [docs/results/${name}](repo/docs/results/${name})"
+    echo "- **commit:** $(commit_of "$rel")"
+    echo "- **file:** [docs/results/${rel}](repo/docs/results/${rel})"
     echo
   } >> "$md"
 
@@ -182,9 +188,9 @@ fi
 #    grid of B·H blocks fills the GPU.
 fa="$out/fa_numbers.md"
 : > "$fa"
-steps_csv=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -1 || true)
+steps_csv=$(ls "$results"/current/gpu_steps_*.csv 2>/dev/null | sort | tail -1 || true)
 if [[ -n "$steps_csv" ]]; then
-  sname=$(basename "$steps_csv")
+  sname=current/$(basename "$steps_csv")
   awk -F',' -v file="$sname" '
     { sub(/\r$/, "") }
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
@@ -216,7 +222,7 @@ if [[ -n "$steps_csv" ]]; then
   echo >> "$fa"
 fi
 for csv in "${csvs[@]}"; do
-  awk -F',' -v file="$(basename "$csv")" '
+  awk -F',' -v file="${csv#"$results"/}" '
     { sub(/\r$/, "") }
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["kernel"] || !c["section"]) exit; next }
     $c["section"] == "sweep" && $c["kernel"] ~ /^step0[56]_(cuda_registers|fa2)$/ && $c["causal"] == 0 {
@@ -238,5 +244,5 @@ for csv in "${csvs[@]}"; do
   fi
 done
 if [[ ! -s "$fa" ]]; then
-  echo "**Not measured yet.** No CSV in \`docs/results/\` times \`step05_cuda_registers\` and \`step06_fa2\` on the same problem." > "$fa"
+  echo "**Not measured yet.** No CSV in \`docs/results/\` or \`docs/results/current/\` times \`step05_cuda_registers\` and \`step06_fa2\` on the same problem." > "$fa"
 fi

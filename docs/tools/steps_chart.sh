@@ -2,19 +2,20 @@
 # steps_chart.sh REPO OUTDIR — the front page's chart: TFLOP/s of every GPU step,
 # causal and not, beside the baselines, at d = 128.
 #
-# Reads the newest REPO/docs/results/gpu_steps_*.csv (columns gpu, kernel, batch,
+# Reads the newest REPO/docs/results/current/gpu_steps_*.csv (columns gpu, kernel, batch,
 # heads, seq_q, seq_kv, head_dim, causal, ..., tflops; one row per step and mask,
-# written by scripts/gpu_round.sh), so a step appears as soon as its rows do.
-# Baselines: every row of any other CSV in docs/results whose kernel/step is not
+# written by scripts/gpu/round.sh), so a step appears as soon as its rows do.
+# Baselines: every row of any other CSV in docs/results/current whose kernel/step is not
 # a step (cublas_standard, torch_sdpa_*, sdpa_* of check_pytorch.py in bf16/fp16,
 # named with their dtype) measured on the same GPU and problem (B, H, N, d); where
-# several files have one, the newest file's. Writes
+# several files have one, the newest file's. docs/results/archive/ is not read (its step
+# numbers are not today's). Writes
 #   OUTDIR/steps_tflops.svg   the chart (gnuplot; the legend outside the plot)
 #   OUTDIR/steps_chart.md     the \image line and where each bar comes from
 set -euo pipefail
 repo=$1
 out=$2
-results=$repo/docs/results
+results=$repo/docs/results/current
 d=128
 md=$out/steps_chart.md
 svg=$out/steps_tflops.svg
@@ -23,7 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 steps_csv=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -1 || true)
 if [[ -z "$steps_csv" ]]; then
-  echo "No \`docs/results/gpu_steps_*.csv\` yet: the chart appears when a GPU round is recorded." > "$md"
+  echo "No \`docs/results/current/gpu_steps_*.csv\` yet: the chart appears when a GPU round is recorded." > "$md"
   rm -f "$svg"
   exit 0
 fi
@@ -49,7 +50,7 @@ dtypes=" $(awk -F',' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { pr
 
 # Baselines on the same problem, newest file first.
 : > "$tmp/base"
-for csv in $(ls "$results"/*.csv | sort -r); do
+for csv in $(ls "$results"/*.csv 2>/dev/null | sort -r); do
   [[ "$csv" == "$steps_csv" ]] && continue
   awk -F',' -v file="$(basename "$csv")" -v want="$problem" -v dtypes="$dtypes" '
     { sub(/\r$/, "") }
@@ -107,11 +108,11 @@ EOF
 {
   echo "\\image html steps_tflops.svg \"TFLOP/s of each GPU step (blue) and of the baselines (grey) on one problem\""
   echo
-  echo "Generated during the docs build from \`docs/results/\`: the steps from"
-  echo "[${steps_name}](repo/docs/results/${steps_name}) (the newest GPU round; a new step"
+  echo "Generated during the docs build from \`docs/results/current/\`: the steps from"
+  echo "[${steps_name}](repo/docs/results/current/${steps_name}) (the newest GPU round; a new step"
   echo "appears here when its rows do)$( [[ -s "$tmp/base1" ]] && echo ", the baselines from" || echo "; no baseline CSV has this problem." )"
   if [[ -s "$tmp/base1" ]]; then
-    cut -f1,5 "$tmp/base1" | sort -u | awk -F'\t' '{ f[$2] = f[$2] (f[$2] ? ", " : "") "`" $1 "`" } END { for (x in f) print "- [" x "](repo/docs/results/" x "): " f[x] }' | sort
+    cut -f1,5 "$tmp/base1" | sort -u | awk -F'\t' '{ f[$2] = f[$2] (f[$2] ? ", " : "") "`" $1 "`" } END { for (x in f) print "- [" x "](repo/docs/results/current/" x "): " f[x] }' | sort
     echo
     echo "Baselines come from their own sessions (the file's date), on the same GPU model and problem."
   fi

@@ -3,7 +3,7 @@ DLPack without a copy, and every bad input refused with the steps' one-line mess
 
 Run by ctest through run.py, which reports the file skipped without torch or a GPU.
 
-Tolerance, as scripts/check_pytorch.py states it: with float64 SDPA (math backend) as
+Tolerance, as scripts/gpu/check_pytorch.py states it: with float64 SDPA (math backend) as
 the reference, a step's max error must be at most twice that of PyTorch's own float32
 SDPA (math backend, TF32 off) on the same inputs, plus 1e-5; and the C++ tests' rule
 (flash_steps.check_result: twice fp32 standard attention's error + 1e-6) on the same

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything GPU-side of the Python front end, in one call, on the GPU machine:
-#   scripts/check_python_gpu.sh OUTDIR
+#   scripts/gpu/check_python_gpu.sh OUTDIR
 # Needs: nvcc, CMake, ninja, and a python3 on the PATH with torch (CUDA), numpy, pytest
 # and, for the model, transformers. pybind11: FLASH_PYBIND11_INCLUDE=<dir holding
 # pybind11/pybind11.h> if set (e.g. PyTorch's torch/include); else pip's if this python3
@@ -24,10 +24,10 @@
 # 3 minutes on an H100 (most of it the CUDA build); exits 1 on the first failure.
 set -euo pipefail
 
-out=${1:?usage: scripts/check_python_gpu.sh OUTDIR}
+out=${1:?usage: scripts/gpu/check_python_gpu.sh OUTDIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=${FLASH_PYTHON_BUILD:-build-python}  # e.g. build-gpu, to reuse what gpu_round.sh built
 python=$(command -v python3)
 results="$out/results.csv"

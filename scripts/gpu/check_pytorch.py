@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the CUDA steps against PyTorch on the GPU, then times their torch operators beside SDPA's backends.
 
-Usage: scripts/check_pytorch.py BUILD_BIN_DIR OUTDIR [--dtype fp32|bf16|fp16] [--csv PATH]
+Usage: scripts/gpu/check_pytorch.py BUILD_BIN_DIR OUTDIR [--dtype fp32|bf16|fp16] [--csv PATH]
            [--bench-n 1024,4096,16384] [--head-dims 64,128] [--steps 9,12,17] [--skip-check | --skip-bench]
            [--python-dir DIR]
 
@@ -331,7 +331,7 @@ def import_step_ops(python_dir):
 
 def commit_of_checkout():
     """The short commit hash of this checkout (with '+dirty' when files differ), or 'unknown'."""
-    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     try:
         head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU round in one call, on the GPU machine:
-#   scripts/gpu_round.sh OUTDIR
+#   scripts/gpu/round.sh OUTDIR
 # configure + build (build-gpu, sm_90), GPU tests (must pass, never skip),
 # compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every GPU
 # step's test executable on the conformance shapes, the compiler's resource
@@ -22,7 +22,7 @@
 #  1. build-gpu/bin/gpu_bench --sections steps: steps 4-21 and cuBLAS at B=4, H=16, N=4096,
 #     d 64 and 128, causal and not, fp32 for steps 4-8 and bf16 for the others, written to
 #     docs/results/current/gpu_steps_<GPU>_<date>.csv (the step pages' "measured" tables);
-#  2. scripts/check_pytorch.py --dtype bf16: the torch operators of steps 9-21 beside every
+#  2. scripts/gpu/check_pytorch.py --dtype bf16: the torch operators of steps 9-21 beside every
 #     SDPA backend at N = 1024, 4096, 16384, d 64 and 128, causal and not, written to
 #     docs/results/current/pytorch_compare_bf16_<GPU>_<date>.csv (the "compare" tables);
 #     FLASH_PERF_FP16=1 adds the same in fp16 (about 4 more minutes).
@@ -36,11 +36,15 @@
 # FLASH_BUILD_TARGETS: build only these targets (e.g. for the perf phase alone:
 # "gpu_bench flash_steps_python" and the step programs, which check_pytorch.py asks which
 # precisions they take); default: everything.
+# At the end the round's data files are also copied, named by date, to
+# FLASH_ROUND_RESULTS (default docs/results/current, where the step pages, the plots and
+# the docs tools read them; a name already taken gets _run2, _run3, ...): gpu_steps,
+# gpu_bench, gpu_resources, gpu_sanitizer, gpu_tests and ncu, as far as their phases ran.
 set -euo pipefail
 
-out=${1:?usage: scripts/gpu_round.sh OUTDIR}
+out=${1:?usage: scripts/gpu/round.sh OUTDIR}
 mkdir -p "$out"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=build-gpu
 phases=" ${FLASH_ROUND_PHASES:-tests resources bench ncu sanitizer} "
 want() { [[ $phases == *" $1 "* ]]; }
@@ -87,7 +91,7 @@ fi
 if want perf; then
   # Sustained timing only: the programs' --repeat (one launch, the GPU idle before it) is a
   # quick look and never goes into these files. Results live in docs/results/current/.
-  results=docs/results/current
+  results=${FLASH_ROUND_RESULTS:-docs/results/current}
   mkdir -p "$results"
   gpu_name=$(tail -n 1 "$out/gpu.txt" | cut -d, -f1 | sed 's/^ *//; s/ *$//')
   gpu_tag=$(echo "$gpu_name" | sed 's/^NVIDIA //; s/[^A-Za-z0-9.-]\{1,\}/_/g')
@@ -111,7 +115,7 @@ if want perf; then
     compare_csv="$results/pytorch_compare_${dtype}_${gpu_tag}_${day}.csv"
     echo "== perf 2/2: check_pytorch.py, torch operators of steps $torch_steps beside SDPA, $dtype"
     start=$SECONDS
-    PYTHONPATH="$PWD/$build/python" "${FLASH_PYTHON:-python3}" scripts/check_pytorch.py "$build/bin" "$out/pytorch_$dtype" \
+    PYTHONPATH="$PWD/$build/python" "${FLASH_PYTHON:-python3}" scripts/gpu/check_pytorch.py "$build/bin" "$out/pytorch_$dtype" \
       --dtype "$dtype" --skip-check --steps "$torch_steps" --bench-n "${FLASH_PERF_N:-1024,4096,16384}" \
       --head-dims "${FLASH_PERF_DIMS:-64,128}" --csv "$compare_csv" >"$out/perf_pytorch_$dtype.txt" 2>&1 ||
       fail "perf: check_pytorch.py $dtype" "$out/perf_pytorch_$dtype.txt"
@@ -215,6 +219,23 @@ if want bench; then
   echo "== benchmark, N=4096 d=128 B·H=64 (grid section; sustained timing, both methods)"
   awk -F, 'NR == 1 || ($3 == "grid" && $9 == 4096 && $11 == 128) { printf "%-22s %-12s %-6s %-10s %-8s %-17s %s\n", $5, $4, $12, $15, $16, $17, $18 }' "$out/gpu_bench.csv"
 fi
+# The data files under the names docs/results/README.md lists, in docs/results/current/.
+# (The perf phase wrote its gpu_steps and pytorch_compare files there itself.) Each name says the GPU.
+results=${FLASH_ROUND_RESULTS:-docs/results/current}
+mkdir -p "$results"
+day=$(date -u +%F)
+gpu_tag=$(tail -n 1 "$out/gpu.txt" | cut -d, -f1 | sed 's/^ *//; s/ *$//; s/^NVIDIA //; s/[^A-Za-z0-9.-]\{1,\}/_/g')
+for pair in gpu_bench.csv:gpu_bench resources.txt:gpu_resources \
+            sanitizer.log:gpu_sanitizer ctest_gpu.log:gpu_tests ncu.txt:ncu; do
+  from=$out/${pair%%:*}
+  [[ -s $from ]] || continue
+  ext=${from##*.}; [[ $ext == log ]] && ext=txt
+  to=$results/${pair#*:}_${gpu_tag}_$day.$ext run=1
+  while [[ -e $to ]]; do run=$((run + 1)); to=$results/${pair#*:}_${gpu_tag}_${day}_run$run.$ext; done
+  cp "$from" "$to"
+  note "${pair#*:}" "$to"
+done
+
 echo
 echo "== summary ($out)"
 printf '%s\n' "${summary[@]}"

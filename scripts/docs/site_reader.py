@@ -5,7 +5,7 @@ Opens each page in headless Chromium (driven over the DevTools protocol on a pip
 Python's standard library only), waits for MathJax to finish, and checks the
 rendered page: what its text shows, its code, its math, its links. Saves a
 full-page screenshot of each page to SHOTS_DIR/NAME.png. Prints one line per
-problem and exits 1 if there is any; scripts/check-site.sh runs it and lists the
+problem and exits 1 if there is any; scripts/docs/check-site.sh runs it and lists the
 rules (with the bug each one catches).
 """
 import base64

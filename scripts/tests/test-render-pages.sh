@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test-render-pages.sh — scripts/render-pages on a small made-up repository: a block
+# test-render-pages.sh — scripts/docs/render-pages on a small made-up repository: a block
 # written as one line fills in, and what follows it up to the next block survives
 # (a one-line block once swallowed everything up to the next block's end marker).
 # Registered with ctest (label cpu); exits 1 with a diff when a case fails.
 set -euo pipefail
-render=$(cd "$(dirname "$0")" && pwd)/render-pages
+render=$(cd "$(dirname "$0")/../docs" && pwd)/render-pages
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/step01_x" "$tmp/docs/results/runs"

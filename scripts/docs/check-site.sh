@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # check-site.sh [BUILD_DIR] — build the docs site and check it as a person sees it.
 #
-#   scripts/check-site.sh              # uses build/ (configured with the default preset if new)
-#   scripts/check-site.sh build-docs   # any other build tree (configured CPU-only if new)
+#   scripts/docs/check-site.sh              # uses build/ (configured with the default preset if new)
+#   scripts/docs/check-site.sh build-docs   # any other build tree (configured CPU-only if new)
 #
 # 1. builds the `docs` target (Doxygen fails on a stale \snippet marker or an
 #    undocumented function);
@@ -13,7 +13,7 @@
 #    file that exists;
 # 4. checks the sources a reader also sees elsewhere: a step's README.md read on
 #    GitHub, and every gnuplot legend;
-# 5. opens each page in headless Chromium (scripts/site_reader.py), waits for
+# 5. opens each page in headless Chromium (scripts/docs/site_reader.py), waits for
 #    MathJax, checks what the page shows, and saves a full-page screenshot to
 #    BUILD_DIR/docs/screenshots/ (look at them).
 #
@@ -53,7 +53,7 @@
 # python3 (Debian packages).
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 build=${1:-build}
 build=${build%/}
@@ -115,7 +115,7 @@ for readme in step[0-9][0-9]_*/README.md; do
   [[ -f "$readme" ]] || continue
   # Outside fenced code, a line starting with \snippet is what GitHub shows raw.
   if awk '/^[ \t]*```/ { fence = !fence } !fence && /^[ \t]*[\\@]snippet/ { found = 1 } END { exit !found }' "$readme"; then
-    problems+=("$readme: [readme] a raw \\snippet line: GitHub shows it instead of the code (scripts/render-pages expands snippets)")
+    problems+=("$readme: [readme] a raw \\snippet line: GitHub shows it instead of the code (scripts/docs/render-pages expands snippets)")
   fi
 done
 while IFS= read -r hit; do
@@ -138,13 +138,13 @@ else
   done
   report=$(mktemp)
   status=0
-  timeout 900 python3 scripts/site_reader.py "$browser" "$shots" "${page_paths[@]}" > "$report" || status=$?
+  timeout 900 python3 scripts/docs/site_reader.py "$browser" "$shots" "${page_paths[@]}" > "$report" || status=$?
   while IFS= read -r line; do
     problems+=("$line")
   done < "$report"
   rm -f "$report"
   if [[ $status -ne 0 && $status -ne 1 ]]; then
-    problems+=("scripts/site_reader.py failed (exit status $status)")
+    problems+=("scripts/docs/site_reader.py failed (exit status $status)")
   fi
   echo "check-site: ${#page_paths[@]} pages read in Chromium; full-page screenshots in $shots"
 fi
