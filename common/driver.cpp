@@ -265,7 +265,7 @@ class SaveDir {
 
 /// What a GPU program's --repeat measures, said beside its figure: each launch is timed
 /// alone, so the clocks are not those of sustained work (benchmarks/gpu_bench and
-/// scripts/check_pytorch.py time comparisons at sustained clocks).
+/// scripts/gpu/check_pytorch.py time comparisons at sustained clocks).
 constexpr const char* kSingleLaunchTiming =
     "single launch, GPU idle before each: a quick look, not comparable with sustained timing";
 
