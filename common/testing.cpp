@@ -153,6 +153,12 @@ void check_fixture(const StepInfo& step, const Fixture& fixture) {
   CHECK_MESSAGE(v.passed, v.failure);
 }
 
+void check_named_fixtures(const StepInfo& step) {
+  check_fixture(step, hand_worked_example());
+  check_fixture(step, two_by_two_m9());
+  check_fixture(step, seed002_n16_d8());
+}
+
 void check_smem_over_48kb(const StepInfo& step, int64_t from_d) {
   constexpr double kDefaultSmemBytes = 48 * 1024;  // a block's shared memory without cudaFuncSetAttribute
   for (int64_t d : step.head_dims) {
