@@ -54,7 +54,7 @@ const std::vector<common::Options> precisions = {in(common::Precision::fp32)};
 // The ends of test names that differ with the precisions.
 #if FLASH_TESTS_SIXTEEN_BIT
 #define FLASH_TESTS_IN_EACH ", bf16 and fp16"
-#define FLASH_TESTS_NOT_FP32 "; fp32 is not one of its precisions"
+#define FLASH_TESTS_NOT_FP32 ", and fp32 is not one of its precisions"  // no ";": ctest would split the name
 #else
 #define FLASH_TESTS_IN_EACH ""
 #define FLASH_TESTS_NOT_FP32 ""
