@@ -28,27 +28,13 @@ int main(int argc, char** argv) {
     int64_t heads = 4, max_seq = 8192;
     CLI::App app("CPU benchmark: step02 (FlashAttention-1 on the CPU) against step01 (standard attention).",
                  "cpu_bench");
-    app.add_option_function<std::string>(
-           "--csv",
-           [&](const std::string& text) { csv_path = common::cli::parse_nonempty("--csv", text, "a file name"); },
-           "write the table as CSV to FILE (default cpu_bench.csv)")
-        ->type_name("FILE");
+    common::cli::add_csv_option(app, csv_path, "write the table as CSV to FILE (default cpu_bench.csv)");
     common::cli::add_repeat_option(app, repeat, 1, "timed runs per entry after a warm-up (1 … 100000, default 3)");
-    app.add_option_function<std::string>(
-           "--heads",
-           [&](const std::string& text) { heads = common::cli::parse_int("--heads", text, 1, common::cli::kMaxDim); },
-           "heads H (default 4)")
-        ->type_name("H");
-    app.add_option_function<std::string>(
-           "--max-seq",
-           [&](const std::string& text) { max_seq = common::cli::parse_int("--max-seq", text, 512, 8192); },
-           "longest N of 512, 1024, 2048, 4096, 8192 to run (512 … 8192, default 8192)")
-        ->type_name("N");
+    common::cli::add_int_option(app, "--heads", heads, 1, common::cli::kMaxDim, "heads H (default 4)", "H");
+    common::cli::add_int_option(app, "--max-seq", max_seq, 512, 8192,
+                                "longest N of 512, 1024, 2048, 4096, 8192 to run (512 … 8192, default 8192)", "N");
     app.footer("Exit codes: 0 ok, 2 bad option, too large for this machine, or a failed write.");
-    if (!common::cli::parse(app, argc, argv)) {
-      common::flush_stdout();
-      return 0;
-    }
+    if (!common::cli::parse(app, argc, argv)) return 0;  // --help
     const common::StepInfo steps[2] = {step01::describe(), step02::describe()};
     // Refuse up front what cannot fit or would take very long, before the first row.
     double seconds = 0;

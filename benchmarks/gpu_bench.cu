@@ -456,11 +456,7 @@ int main(int argc, char** argv) {
     int64_t steps_seq = 4096;
     common::Precision half = common::Precision::bf16;
     CLI::App app("The GPU benchmark: every CUDA step beside a cuBLAS standard attention, in one run.", "gpu_bench");
-    app.add_option_function<std::string>(
-           "--csv",
-           [&](const std::string& text) { csv_path = common::cli::parse_nonempty("--csv", text, "a file name"); },
-           "write every row as CSV to FILE (whole, or not at all)")
-        ->type_name("FILE");
+    common::cli::add_csv_option(app, csv_path, "write every row as CSV to FILE (whole, or not at all)");
     app.add_flag("--quick", quick, "N <= 1024 only: a smoke test");
     app.add_option_function<std::string>(
            "--sections",
@@ -494,10 +490,7 @@ int main(int argc, char** argv) {
         ->type_name("TYPE");
     app.footer("Exit codes: 0 ok, 1 a kernel gave a non-finite O, 2 bad option, no GPU, or a failed write, "
                "3 a CUDA error.");
-    if (!common::cli::parse(app, argc, argv)) {
-      common::flush_stdout();
-      return 0;
-    }
+    if (!common::cli::parse(app, argc, argv)) return 0;  // --help
     if (!csv_path.empty()) common::check_writable(csv_path);
     common::cuda::require_gpu("gpu_bench");
     cudaDeviceProp prop{};

@@ -39,31 +39,13 @@ int main(int argc, char** argv) {
         "How far from exact standard attention is in fp32, bf16 and fp16: the baselines of the tolerance rule "
         "beside the error bound of rounding.",
         "precision_errors");
-    app.add_option_function<std::string>(
-           "--csv",
-           [&](const std::string& text) { csv_path = common::cli::parse_nonempty("--csv", text, "a file name"); },
-           "write the table as CSV to FILE (default precision_errors.csv)")
-        ->type_name("FILE");
-    app.add_option_function<std::string>(
-           "--heads",
-           [&](const std::string& text) { heads = common::cli::parse_int("--heads", text, 1, 64); },
-           "heads H (1 … 64, default 1)")
-        ->type_name("H");
-    app.add_option_function<std::string>(
-           "--max-seq",
-           [&](const std::string& text) { max_seq = common::cli::parse_int("--max-seq", text, 256, 4096); },
-           "longest N of 256, 1024, 4096 to run (256 … 4096, default 4096)")
-        ->type_name("N");
-    app.add_option_function<std::string>(
-           "--seed",
-           [&](const std::string& text) { seed = common::cli::parse_int("--seed", text, 0, int64_t(1) << 62); },
-           "seed of the inputs (default 2024)")
-        ->type_name("S");
+    common::cli::add_csv_option(app, csv_path, "write the table as CSV to FILE (default precision_errors.csv)");
+    common::cli::add_int_option(app, "--heads", heads, 1, 64, "heads H (1 … 64, default 1)", "H");
+    common::cli::add_int_option(app, "--max-seq", max_seq, 256, 4096,
+                                "longest N of 256, 1024, 4096 to run (256 … 4096, default 4096)", "N");
+    common::cli::add_int_option(app, "--seed", seed, 0, int64_t(1) << 62, "seed of the inputs (default 2024)", "S");
     app.footer("Exit codes: 0 ok, 2 bad option or a failed write.");
-    if (!common::cli::parse(app, argc, argv)) {
-      common::flush_stdout();
-      return 0;
-    }
+    if (!common::cli::parse(app, argc, argv)) return 0;  // --help
     common::check_writable(csv_path);
     // About 6 ns per head and unit of N^2 * d on one core of the machine the page ran on
     // (the default run, H = 1 up to N = 4096, takes about 40 s there).

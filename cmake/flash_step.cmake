@@ -1,16 +1,28 @@
-# flash_add_step(<name> SOURCES <files...> [LIBRARIES <targets...>] [CUDA [HOPPER]])
+# flash_add_step(<name> SOURCES <files...> [LIBRARIES <targets...>] [CUDA [HOPPER] [TESTS <flags...>]])
 #
 # "A step = a library + a program + a test executable", written once:
 #   <name>_lib    the step's kernel (attention.cpp or attention.cu)
 #   <name>        the program, built as build/bin/<name> from main.cpp
 #   <name>_tests  doctest executable from test_*.cpp, registered with ctest
+# A CUDA step's test executable also holds the tests every CUDA step runs,
+# common/cuda/test_gpu_steps.cpp, instantiated for the step's namespace (the first
+# six letters of <name>, e.g. step12); its step's own test_*.cpp (none for most)
+# holds only what is particular to the step. The TESTS flags turn on the
+# suite's tests that begin at some step (test_gpu_steps.cpp says what each does):
+#   SIXTEEN_BIT     run and judge in bf16 and fp16 instead of fp32
+#   CAUSAL_TAILS    causal with N_q != N_kv at lengths just off the tile sizes
+#   SCALE_SIGNS     every sign of the scale at every d
+#   NO_SPILLS_AT_<d>, NO_SPILLS_AT_EVERY_D   no spills in the resource report
 # A CUDA step's tests carry the label `gpu` and report "skipped" (exit 77)
 # on a machine without a GPU. Nothing happens for a CUDA step when CUDA is
 # not configured. A HOPPER step is built for sm_90a only (wgmma and setmaxnreg
 # exist on no other target), whatever CMAKE_CUDA_ARCHITECTURES says; its tests
 # report "skipped" on a GPU that is not Hopper.
 function(flash_add_step name)
-  cmake_parse_arguments(STEP "CUDA;HOPPER" "" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(STEP "CUDA;HOPPER" "" "SOURCES;LIBRARIES;TESTS" ${ARGN})
+  if(STEP_TESTS AND NOT STEP_CUDA)
+    message(FATAL_ERROR "${name}: TESTS flags are for the suite of CUDA steps")
+  endif()
   if(STEP_CUDA AND NOT FLASH_HAVE_CUDA)
     message(STATUS "${name}: skipped (no CUDA compiler)")
     return()
@@ -34,6 +46,20 @@ function(flash_add_step name)
                                            ${CMAKE_CURRENT_SOURCE_DIR}/test_*.cu)
   add_executable(${name}_tests ${test_sources})
   if(STEP_CUDA)
+    target_sources(${name}_tests PRIVATE ${PROJECT_SOURCE_DIR}/common/cuda/test_gpu_steps.cpp)
+    string(SUBSTRING "${name}" 0 6 namespace)
+    target_compile_definitions(${name}_tests PRIVATE FLASH_STEP=${namespace})
+    foreach(flag IN LISTS STEP_TESTS)
+      if(flag MATCHES "^NO_SPILLS_AT_([0-9]+)$")
+        target_compile_definitions(${name}_tests PRIVATE FLASH_TESTS_NO_SPILLS_AT=${CMAKE_MATCH_1})
+      elseif(flag STREQUAL "NO_SPILLS_AT_EVERY_D")
+        target_compile_definitions(${name}_tests PRIVATE FLASH_TESTS_NO_SPILLS_AT=0)
+      elseif(flag MATCHES "^(SIXTEEN_BIT|CAUSAL_TAILS|SCALE_SIGNS)$")
+        target_compile_definitions(${name}_tests PRIVATE FLASH_TESTS_${flag}=1)
+      else()
+        message(FATAL_ERROR "${name}: unknown TESTS flag ${flag}")
+      endif()
+    endforeach()
     if(STEP_HOPPER)
       set(test_main flash_hopper_test_main)
     else()

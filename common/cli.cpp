@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "common/output_file.hpp"
+
 namespace common::cli {
 
 namespace {
@@ -66,11 +68,7 @@ std::string parse_nonempty(const std::string& option, const std::string& text, c
 void add_problem_options(CLI::App& app, ProblemSpec& spec, const ProblemOptions& which) {
   const std::string dim_range = "1 … " + std::to_string(kMaxDim);
   const auto dim = [&](const char* name, int64_t& field, const std::string& help) {
-    return app
-        .add_option_function<std::string>(
-            name, [name, &field](const std::string& text) { field = parse_int(name, text, 1, kMaxDim); },
-            help + " (" + dim_range + ")")
-        ->type_name("N");
+    return add_int_option(app, name, field, 1, kMaxDim, help + " (" + dim_range + ")", "N");
   };
   std::vector<CLI::Option*> shape_options = {
       dim("--batch", spec.shape.batch, "batch size B, default " + std::to_string(spec.shape.batch)),
@@ -97,19 +95,13 @@ void add_problem_options(CLI::App& app, ProblemSpec& spec, const ProblemOptions&
                              "seed of the random inputs, default " + std::to_string(spec.seed))
                           ->type_name("S");
   if (!which.files) return;
-  CLI::Option* load =
-      app.add_option_function<std::string>(
-             "--load",
-             [&spec](const std::string& text) { spec.load_dir = parse_nonempty("--load", text, "a directory name"); },
-             "read DIR/q.npy, DIR/k.npy, DIR/v.npy (float32, [B, H, N, d]); the shape comes from the files")
-          ->type_name("DIR");
-  CLI::Option* fixture =
-      app.add_option_function<std::string>(
-             "--fixture",
-             [&spec](const std::string& text) { spec.fixture = parse_nonempty("--fixture", text, "a fixture name"); },
-             "a named example instead of random inputs: hand_worked_n2_d1 (O = -0.88), two_by_two_m9, "
-             "seed002_n16_d8")
-          ->type_name("NAME");
+  CLI::Option* load = add_text_option(
+      app, "--load", spec.load_dir, "a directory name",
+      "read DIR/q.npy, DIR/k.npy, DIR/v.npy (float32, [B, H, N, d]); the shape comes from the files", "DIR");
+  CLI::Option* fixture = add_text_option(app, "--fixture", spec.fixture, "a fixture name",
+                                         "a named example instead of random inputs: hand_worked_n2_d1 (O = -0.88), "
+                                         "two_by_two_m9, seed002_n16_d8",
+                                         "NAME");
   load->excludes(fixture);
   for (CLI::Option* option : shape_options) {
     load->excludes(option);
@@ -117,6 +109,26 @@ void add_problem_options(CLI::App& app, ProblemSpec& spec, const ProblemOptions&
   }
   load->excludes(seed);
   fixture->excludes(seed);
+}
+
+CLI::Option* add_int_option(CLI::App& app, const std::string& name, int64_t& value, int64_t lo, int64_t hi,
+                            const std::string& help, const std::string& type_name) {
+  return app
+      .add_option_function<std::string>(
+          name, [name, &value, lo, hi](const std::string& text) { value = parse_int(name, text, lo, hi); }, help)
+      ->type_name(type_name);
+}
+
+CLI::Option* add_text_option(CLI::App& app, const std::string& name, std::string& value, const std::string& what,
+                             const std::string& help, const std::string& type_name) {
+  return app
+      .add_option_function<std::string>(
+          name, [name, &value, what](const std::string& text) { value = parse_nonempty(name, text, what); }, help)
+      ->type_name(type_name);
+}
+
+CLI::Option* add_csv_option(CLI::App& app, std::string& path, const std::string& help) {
+  return add_text_option(app, "--csv", path, "a file name", help, "FILE");
 }
 
 CLI::Option* add_repeat_option(CLI::App& app, int& repeat, int min, const std::string& help) {
@@ -135,9 +147,11 @@ bool parse(CLI::App& app, int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    flush_stdout();
     return false;
   } catch (const CLI::CallForAllHelp&) {
     std::cout << app.help("", CLI::AppFormatMode::All);
+    flush_stdout();
     return false;
   } catch (const CLI::ParseError& e) {
     std::string message = e.what();

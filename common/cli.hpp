@@ -57,12 +57,25 @@ struct ProblemOptions {
 /// silently ignored.
 void add_problem_options(CLI::App& app, ProblemSpec& spec, const ProblemOptions& which = {});
 
+/// Adds the option `name` (e.g. "--heads"), an integer in [lo, hi] by parse_int,
+/// bound to `value`; `type_name` is what --help shows for the value (e.g. "N").
+CLI::Option* add_int_option(CLI::App& app, const std::string& name, int64_t& value, int64_t lo, int64_t hi,
+                            const std::string& help, const std::string& type_name);
+
+/// Adds the option `name` (e.g. "--save"), a text that must not be empty
+/// (parse_nonempty: "--save needs a directory name"), bound to `value`.
+CLI::Option* add_text_option(CLI::App& app, const std::string& name, std::string& value, const std::string& what,
+                             const std::string& help, const std::string& type_name);
+
+/// Adds `--csv FILE` bound to `path` (the benchmarks' table as CSV).
+CLI::Option* add_csv_option(CLI::App& app, std::string& path, const std::string& help);
+
 /// Adds `--repeat R` (`min` … 100000) bound to `repeat`.
 CLI::Option* add_repeat_option(CLI::App& app, int& repeat, int min, const std::string& help);
 
 /// Parses the command line. Returns true to go on, false when --help was
-/// printed (exit 0). A bad command line throws InputError with CLI11's message
-/// on one line.
+/// printed and flushed (exit 0; a failed write throws OutputError). A bad
+/// command line throws InputError with CLI11's message on one line.
 bool parse(CLI::App& app, int argc, char** argv);
 
 }  // namespace common::cli

@@ -358,14 +358,10 @@ bool parse_program_args(const StepInfo& step, int argc, char** argv, ProgramArgs
   RunConfig& c = args.config;
   cli::add_problem_options(app, c.problem);
   if (step.uses_sram_budget) {
-    app.add_option_function<std::string>(
-           "--sram-floats",
-           [&c](const std::string& text) {
-             c.settings.sram_floats = cli::parse_int("--sram-floats", text, 1, int64_t{1} << 30);
-           },
-           "on-chip budget M in floats; B_c = ceil(M/4d), B_r = min(B_c, d) (default " +
-               std::to_string(step.default_sram_floats) + ")")
-        ->type_name("M");
+    cli::add_int_option(app, "--sram-floats", c.settings.sram_floats, 1, int64_t{1} << 30,
+                        "on-chip budget M in floats; B_c = ceil(M/4d), B_r = min(B_c, d) (default " +
+                            std::to_string(step.default_sram_floats) + ")",
+                        "M");
   }
   app.add_option_function<std::string>(
          "--dtype", [&args](const std::string& text) { args.dtype = parse_precision(text); },
@@ -376,11 +372,8 @@ bool parse_program_args(const StepInfo& step, int argc, char** argv, ProgramArgs
   cli::add_repeat_option(app, c.settings.repeat, 0,
                          "time R runs after the checked one and report the median (default 1; 0 = time the one run)");
   app.add_flag("--json", c.json, "print one JSON object instead of the table");
-  app.add_option_function<std::string>(
-         "--save",
-         [&c](const std::string& text) { c.save_dir = cli::parse_nonempty("--save", text, "a directory name"); },
-         "write DIR/o.npy and DIR/lse.npy (each complete, or not at all)")
-      ->type_name("DIR");
+  cli::add_text_option(app, "--save", c.save_dir, "a directory name",
+                       "write DIR/o.npy and DIR/lse.npy (each complete, or not at all)", "DIR");
   CLI::Option* trace = app.add_flag("--trace", args.trace, "print every step of the algorithm (tiny problems only)");
   trace->excludes(app.get_option("--json"));
   if (!cli::parse(app, argc, argv)) return false;
@@ -396,10 +389,7 @@ bool parse_program_args(const StepInfo& step, int argc, char** argv, ProgramArgs
 int run_program(const StepInfo& step, int argc, char** argv) {
   return guarded_main(step.name, [&]() -> int {
     ProgramArgs args;
-    if (!parse_program_args(step, argc, argv, args)) {
-      flush_stdout();
-      return 0;
-    }
+    if (!parse_program_args(step, argc, argv, args)) return 0;  // --help
     RunConfig& config = args.config;
     const Shape& spec = config.problem.shape;
     if (config.problem.load_dir.empty() && config.problem.fixture.empty()) {

@@ -153,4 +153,20 @@ void check_fixture(const StepInfo& step, const Fixture& fixture) {
   CHECK_MESSAGE(v.passed, v.failure);
 }
 
+void check_named_fixtures(const StepInfo& step) {
+  check_fixture(step, hand_worked_example());
+  check_fixture(step, two_by_two_m9());
+  check_fixture(step, seed002_n16_d8());
+}
+
+void check_smem_over_48kb(const StepInfo& step, int64_t from_d) {
+  constexpr double kDefaultSmemBytes = 48 * 1024;  // a block's shared memory without cudaFuncSetAttribute
+  for (int64_t d : step.head_dims) {
+    CAPTURE(d);
+    const Problem p = make_random_problem(Shape{1, 3, 300, 200, d}, d == 64, std::nullopt, run_seed());
+    CHECK((extra(step.forward(p, {}), "smem_bytes") > kDefaultSmemBytes) == (d >= from_d));
+    check_problem(step, p);
+  }
+}
+
 }  // namespace common::testing

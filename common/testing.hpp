@@ -67,4 +67,14 @@ void check_no_spills(const StepInfo& step, int64_t head_dim, const Options& opti
 /// and CHECKs O against the fixture's known values as well as the reference.
 void check_fixture(const StepInfo& step, const Fixture& fixture);
 
+/// check_fixture on each named fixture: the hand-worked example, the 2×2 case
+/// with M = 9, the FlashAttention-2 notebook's N = 16, d = 8.
+void check_named_fixtures(const StepInfo& step);
+
+/// Runs `step` at every d it supports (N_q = 300, N_kv = 200, causal at d = 64)
+/// under the tolerance rule, and CHECKs that its resource report asks for more
+/// than the 48 KB of shared memory a block gets without opting in exactly when
+/// d >= `from_d`.
+void check_smem_over_48kb(const StepInfo& step, int64_t from_d);
+
 }  // namespace common::testing

@@ -11,14 +11,8 @@ TEST_CASE("step01: conformance suite (O and L against the fp64 reference)") {
 }
 
 TEST_CASE("step01: named fixtures") {
-  common::testing::check_fixture(step01::describe(), common::hand_worked_example());
-  common::testing::check_fixture(step01::describe(), common::two_by_two_m9());
-  common::testing::check_fixture(step01::describe(), common::seed002_n16_d8());
-  for (const common::Shape& s : common::seed004_shapes()) {
-    CAPTURE(common::describe(s));
-    common::testing::check_problem(step01::describe(),
-                                   common::make_random_problem(s, false, std::nullopt, common::testing::run_seed()));
-  }
+  common::testing::check_named_fixtures(step01::describe());
+  common::testing::check_seed004_shapes(step01::describe());  // causal and not
 }
 
 TEST_CASE("step01: peak working memory is the N_q x N_kv score matrix") {

@@ -33,14 +33,8 @@ TEST_CASE("step02: conformance suite with small tiles (M = 1000, many tails)") {
 }
 
 TEST_CASE("step02: named fixtures with the budgets their sources used") {
-  common::testing::check_fixture(step02::describe(), common::hand_worked_example());
-  common::testing::check_fixture(step02::describe(), common::two_by_two_m9());
-  common::testing::check_fixture(step02::describe(), common::seed002_n16_d8());
-  for (const common::Shape& s : common::seed004_shapes()) {
-    CAPTURE(common::describe(s));
-    common::testing::check_problem(step02::describe(),
-                                   common::make_random_problem(s, false, std::nullopt, common::testing::run_seed()));
-  }
+  common::testing::check_named_fixtures(step02::describe());
+  common::testing::check_seed004_shapes(step02::describe());  // causal and not
 }
 
 TEST_CASE("step02: the tiles of the FlashAttention-2 notebook and of the hand-worked example") {

@@ -54,9 +54,7 @@ TEST_CASE("step03: conformance suite with small tiles (M = 1000, many tails)") {
 }
 
 TEST_CASE("step03: named fixtures with the budgets their sources used") {
-  common::testing::check_fixture(step03::describe(), common::hand_worked_example());
-  common::testing::check_fixture(step03::describe(), common::two_by_two_m9());
-  common::testing::check_fixture(step03::describe(), common::seed002_n16_d8());
+  common::testing::check_named_fixtures(step03::describe());
 }
 
 TEST_CASE("step03: more rows than threads, and a head dimension that is not a multiple of 32") {

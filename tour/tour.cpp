@@ -34,21 +34,13 @@ std::string sci(double x) {
 int main(int argc, char** argv) {
   return common::guarded_main("tour", [&]() -> int {
     common::cli::ProblemSpec spec;
-    double max_seconds = 60;
+    int64_t max_seconds = 60;
     CLI::App app("The tour: every built step on the same problem, checked against the fp64 reference.", "tour");
     common::cli::add_problem_options(app, spec, {.seq_shorthand = true, .files = false});
-    app.add_option_function<std::string>(
-           "--max-seconds",
-           [&](const std::string& text) {
-             max_seconds = double(common::cli::parse_int("--max-seconds", text, 1, 1000000));
-           },
-           "skip a step estimated to take longer than this (default 60)")
-        ->type_name("S");
+    common::cli::add_int_option(app, "--max-seconds", max_seconds, 1, 1000000,
+                                "skip a step estimated to take longer than this (default 60)", "S");
     app.footer("Exit codes: 0 every step that ran passed, 1 a check failed, 2 bad option or input.");
-    if (!common::cli::parse(app, argc, argv)) {
-      common::flush_stdout();
-      return 0;
-    }
+    if (!common::cli::parse(app, argc, argv)) return 0;  // --help
     common::validate(spec.shape);  // before any tensor is allocated
     const common::Shape& shape = spec.shape;
     common::RunSettings settings;
@@ -71,7 +63,7 @@ int main(int argc, char** argv) {
     for (const common::StepInfo& step : tour::built_steps()) {
       std::cout << std::left << std::setw(26) << step.name << std::right << std::flush;
       const double eta = common::estimated_seconds(step, shape, spec.causal, settings);
-      if (eta > max_seconds) {
+      if (eta > double(max_seconds)) {
         std::cout << "  skipped: about " << common::format_duration(eta) << " at this size (--max-seconds "
                   << max_seconds << "; run build/bin/" << step.name << " alone to wait for it)\n";
         continue;

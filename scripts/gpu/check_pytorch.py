@@ -112,6 +112,38 @@ def run_step(binary, args):
     return p.returncode, p.stdout, p.stderr
 
 
+def describe_shape(B, H, n_q, n_kv, d, causal, scale):
+    """The problem as the table's shape column shows it."""
+    return f"B={B} H={H} Nq={n_q} Nkv={n_kv} d={d}" + (" causal" if causal else "") + (
+        f" scale={scale}" if scale is not None else "")
+
+
+def check_programs(bin_dir, steps, flags, res_dir, shape, ref_o, ref_l, tol_o, tol_l):
+    """Runs each step's program with `flags` (which load the inputs and save into res_dir), prints
+    one row per step and returns how many failed: a failed run, a wrong shape, an error over tolerance."""
+    failures = 0
+    for step in steps:
+        for f in ("o.npy", "lse.npy"):
+            if os.path.exists(os.path.join(res_dir, f)):
+                os.remove(os.path.join(res_dir, f))
+        rc, _, err = run_step(os.path.join(bin_dir, step), flags)
+        if rc != 0:
+            print(f"{step:24} {shape:42} program failed (exit {rc}): {err.strip()}")
+            failures += 1
+            continue
+        o = torch.from_numpy(np.load(os.path.join(res_dir, "o.npy"))).cuda()
+        lse = torch.from_numpy(np.load(os.path.join(res_dir, "lse.npy"))).cuda()
+        if o.shape != ref_o.shape or lse.shape != ref_l.shape:
+            print(f"{step:24} {shape:42} wrong output shape {tuple(o.shape)} {tuple(lse.shape)}")
+            failures += 1
+            continue
+        e_o, e_l = max_err(o, ref_o), max_err(lse, ref_l)
+        ok = e_o <= tol_o and e_l <= tol_l  # NaN compares false: fails
+        failures += 0 if ok else 1
+        print(f"{step:24} {shape:42} {e_o:9.2e} {tol_o:9.2e} {e_l:9.2e} {tol_l:9.2e}  {'ok' if ok else 'MISMATCH'}")
+    return failures
+
+
 def check(bin_dir, out_dir, steps):
     in_dir = os.path.join(out_dir, "inputs")
     res_dir = os.path.join(out_dir, "results")
@@ -131,28 +163,9 @@ def check(bin_dir, out_dir, steps):
         t32_o, t32_l = torch_fp32(q, k, v, causal, sc)
         tol_o = 2 * max_err(t32_o, ref_o) + 1e-5
         tol_l = 2 * max_err(t32_l, ref_l) + 1e-5
-        shape = f"B={B} H={H} Nq={n_q} Nkv={n_kv} d={d}" + (" causal" if causal else "") + (
-            f" scale={scale}" if scale is not None else "")
-        for step in steps:
-            flags = ["--load", in_dir, "--save", res_dir, "--scale", repr(sc)] + (["--causal"] if causal else [])
-            for f in ("o.npy", "lse.npy"):
-                if os.path.exists(os.path.join(res_dir, f)):
-                    os.remove(os.path.join(res_dir, f))
-            rc, _, err = run_step(os.path.join(bin_dir, step), flags)
-            if rc != 0:
-                print(f"{step:24} {shape:42} program failed (exit {rc}): {err.strip()}")
-                failures += 1
-                continue
-            o = torch.from_numpy(np.load(os.path.join(res_dir, "o.npy"))).cuda()
-            lse = torch.from_numpy(np.load(os.path.join(res_dir, "lse.npy"))).cuda()
-            if o.shape != ref_o.shape or lse.shape != ref_l.shape:
-                print(f"{step:24} {shape:42} wrong output shape {tuple(o.shape)} {tuple(lse.shape)}")
-                failures += 1
-                continue
-            e_o, e_l = max_err(o, ref_o), max_err(lse, ref_l)
-            ok = e_o <= tol_o and e_l <= tol_l  # NaN compares false: fails
-            failures += 0 if ok else 1
-            print(f"{step:24} {shape:42} {e_o:9.2e} {tol_o:9.2e} {e_l:9.2e} {tol_l:9.2e}  {'ok' if ok else 'MISMATCH'}")
+        shape = describe_shape(B, H, n_q, n_kv, d, causal, scale)
+        flags = ["--load", in_dir, "--save", res_dir, "--scale", repr(sc)] + (["--causal"] if causal else [])
+        failures += check_programs(bin_dir, steps, flags, res_dir, shape, ref_o, ref_l, tol_o, tol_l)
     return failures
 
 
@@ -219,29 +232,10 @@ def check_half(bin_dir, out_dir, steps, dtype):
         _, l32 = torch_fp32(q.float(), k.float(), v.float(), causal, sc)
         tol_o = 2 * max_err(o16, ref_o) + UNIT_ROUNDOFF[dtype] * max(1.0, ref_o.abs().max().item())
         tol_l = 2 * max_err(l32, ref_l) + 1e-5 * max(1.0, ref_l.abs().max().item())
-        shape = f"B={B} H={H} Nq={n_q} Nkv={n_kv} d={d}" + (" causal" if causal else "") + (
-            f" scale={scale}" if scale is not None else "")
-        for step in steps:
-            flags = ["--load", in_dir, "--save", res_dir, "--scale", repr(sc), "--dtype", dtype] + (
-                ["--causal"] if causal else [])
-            for f in ("o.npy", "lse.npy"):
-                if os.path.exists(os.path.join(res_dir, f)):
-                    os.remove(os.path.join(res_dir, f))
-            rc, _, err = run_step(os.path.join(bin_dir, step), flags)
-            if rc != 0:
-                print(f"{step:24} {shape:42} program failed (exit {rc}): {err.strip()}")
-                failures += 1
-                continue
-            o = torch.from_numpy(np.load(os.path.join(res_dir, "o.npy"))).cuda()
-            lse = torch.from_numpy(np.load(os.path.join(res_dir, "lse.npy"))).cuda()
-            if o.shape != ref_o.shape or lse.shape != ref_l.shape:
-                print(f"{step:24} {shape:42} wrong output shape {tuple(o.shape)} {tuple(lse.shape)}")
-                failures += 1
-                continue
-            e_o, e_l = max_err(o, ref_o), max_err(lse, ref_l)
-            ok = e_o <= tol_o and e_l <= tol_l  # NaN compares false: fails
-            failures += 0 if ok else 1
-            print(f"{step:24} {shape:42} {e_o:9.2e} {tol_o:9.2e} {e_l:9.2e} {tol_l:9.2e}  {'ok' if ok else 'MISMATCH'}")
+        shape = describe_shape(B, H, n_q, n_kv, d, causal, scale)
+        flags = ["--load", in_dir, "--save", res_dir, "--scale", repr(sc), "--dtype", dtype] + (
+            ["--causal"] if causal else [])
+        failures += check_programs(bin_dir, steps, flags, res_dir, shape, ref_o, ref_l, tol_o, tol_l)
     return failures
 
 
