@@ -123,8 +123,9 @@ TEST_CASE(FLASH_STEP_LABEL ": bad input gives a clear error" FLASH_TESTS_NOT_FP3
 
 #if FLASH_TESTS_SCALE_SIGNS
 TEST_CASE(FLASH_STEP_LABEL ": any scale, at every d: negative, zero and positive, causal and not, tails") {
-  // The kernel folds sign(scale) into its tile of Q_i and exponentiates |scale|·S_ij: each
-  // sign, every d, lengths that end inside a tile, every precision.
+  // From step 13 on the kernel folds sign(scale) into its tile of Q_i and exponentiates
+  // |scale|·S_ij (common/cuda/scale_sign.cuh): each sign, every d, lengths that end inside a
+  // tile, every precision.
   for (const common::Options& options : precisions) {
     for (int64_t d : step().head_dims) {
       for (float scale : {-1.3f, -0.05f, 0.0f, 2.0f}) {
