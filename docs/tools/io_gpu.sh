@@ -26,7 +26,7 @@ ncu=$(ls "$results"/ncu_*.txt 2>/dev/null | sort | tail -n 1 || true)
 steps=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -n 1 || true)
 table="$out/io_table_gpu.md"
 if [[ -z $ncu || -z $steps ]]; then
-  echo "*Not measured yet: no ncu_*.txt or gpu_steps_*.csv in docs/results/current.*" > "$table"
+  echo '*Not measured yet: no `ncu_*.txt` or `gpu_steps_*.csv` in `docs/results/current`.*' > "$table"
   exit 0
 fi
 
