@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -25,6 +26,11 @@ double attention_flops(const Shape& s, bool causal) {
   const double full = 4.0 * double(s.batch_heads()) * double(s.seq_q) * double(s.seq_kv) *
                       double(s.head_dim);
   return causal ? full / 2 : full;
+}
+
+double attention_backward_flops(const Shape& s, bool causal) {
+  constexpr double kBackwardOverForward = 2.5;
+  return kBackwardOverForward * attention_flops(s, causal);
 }
 
 double median(std::vector<double> samples) {
@@ -77,14 +83,63 @@ int64_t count_nonfinite(const Result& r) {
   return n;
 }
 
+int64_t count_nonfinite(const Gradients& g) {
+  int64_t n = 0;
+  for (const auto* t : {&g.dq, &g.dk, &g.dv}) {
+    for (float x : *t) n += std::isfinite(x) ? 0 : 1;
+  }
+  return n;
+}
+
+/// Times `repeat` runs of `timed_run_ms` (at most `budget_s` seconds of them when
+/// positive, at least one) after the samples already in `samples`; the median.
+template <class TimedRun>
+double time_runs(std::vector<double>& samples, int repeat, double budget_s, TimedRun timed_run_ms) {
+  double spent_ms = 0;
+  for (int r = 0; r < repeat; ++r) {
+    if (budget_s > 0 && !samples.empty() && spent_ms > 1e3 * budget_s) break;
+    samples.push_back(timed_run_ms());
+    spent_ms += samples.back();
+  }
+  return median(samples);
+}
+
+/// The backward half of run_step, on the forward's O and L.
+BackwardReport run_backward(const StepInfo& step, const Problem& problem, const Result& forward,
+                            const std::vector<float>& d_o, const RunSettings& settings, const Options& options) {
+  BackwardInputs inputs{forward.o, forward.lse, d_o};
+  BackwardReport report;
+  WorkspaceCounter::reset_peak();
+  const int64_t live_before = WorkspaceCounter::live();
+  const std::unique_ptr<BackwardSession> session = open_backward_session(step, problem, inputs, options);
+  std::vector<double> samples;
+  if (settings.repeat <= 0) {
+    samples.push_back(session->timed_run_ms());
+  } else {
+    session->run();
+  }
+  report.gradients = session->gradients();
+  report.gradients.peak_bytes = std::max(report.gradients.peak_bytes, WorkspaceCounter::peak() - live_before);
+  report.nonfinite = count_nonfinite(report.gradients);
+  if (settings.check) report.verdict = check_gradients(problem, d_o, report.gradients, settings.precision);
+  report.time_ms = time_runs(samples, settings.repeat, settings.time_budget_s, [&] { return session->timed_run_ms(); });
+  report.timed_runs = static_cast<int>(samples.size());
+  report.kernel_only = session->kernel_only();
+  report.tflops = attention_backward_flops(problem.shape, problem.causal) / (report.time_ms * 1e-3) / 1e12;
+  return report;
+}
+
 }  // namespace
 
-RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettings& settings) {
+RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettings& settings,
+                   const std::vector<float>* d_o) {
   Options options;
   options.sram_floats = settings.sram_floats;
   options.trace = settings.trace;
   options.progress = settings.progress;
   options.precision = settings.precision;
+  options.deterministic = settings.deterministic;
+  if (settings.backward && (!step.backward || !d_o)) throw InputError(step.name + " has no backward pass");
 
   RunReport report;
   WorkspaceCounter::reset_peak();
@@ -102,16 +157,14 @@ RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettin
 
   // Validate, then time.
   if (settings.check) report.verdict = check_result(problem, report.result, settings.precision);
-  double spent_ms = 0;
-  for (int r = 0; r < settings.repeat; ++r) {
-    if (settings.time_budget_s > 0 && !samples.empty() && spent_ms > 1e3 * settings.time_budget_s) break;
-    samples.push_back(session->timed_run_ms());
-    spent_ms += samples.back();
-  }
-  report.time_ms = median(samples);
+  report.time_ms = time_runs(samples, settings.repeat, settings.time_budget_s, [&] { return session->timed_run_ms(); });
   report.timed_runs = static_cast<int>(samples.size());
   report.kernel_only = session->kernel_only();
   report.tflops = attention_flops(problem.shape, problem.causal) / (report.time_ms * 1e-3) / 1e12;
+  if (settings.backward) {
+    options.trace = settings.trace;  // the backward's own trace, where the step has one
+    report.backward = run_backward(step, problem, report.result, *d_o, settings, options);
+  }
   return report;
 }
 
@@ -163,11 +216,36 @@ Problem make_problem(const cli::ProblemSpec& spec, const StepInfo& step, int64_t
   return problem;
 }
 
-void require_host_memory(const StepInfo& step, const Shape& s, bool check) {
+std::vector<float> make_upstream(const cli::ProblemSpec& spec, const Problem& problem) {
+  const Shape& s = problem.shape;
+  if (!spec.fixture.empty()) return std::vector<float>(static_cast<size_t>(s.q_elements()), 1.0f);
+  if (spec.load_dir.empty()) return make_random_upstream(s, spec.seed);
+  const std::string path = spec.load_dir + "/do.npy";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return make_random_upstream(s, spec.seed);
+  const NpyArray d_o = read_npy(path);
+  const std::vector<int64_t> want{s.batch, s.heads, s.seq_q, s.head_dim};
+  if (d_o.shape != want) {
+    std::ostringstream msg;
+    msg << path << " has shape [";
+    for (size_t i = 0; i < d_o.shape.size(); ++i) msg << (i ? ", " : "") << d_o.shape[i];
+    msg << "] but O is [" << s.batch << ", " << s.heads << ", " << s.seq_q << ", " << s.head_dim << "]";
+    throw InputError(msg.str());
+  }
+  require_finite(d_o.data, s, s.seq_q, path);
+  return d_o.data;
+}
+
+void require_host_memory(const StepInfo& step, const Shape& s, bool check, bool backward) {
   const double f = sizeof(float);
   double bytes = f * double(2 * s.q_elements() + 2 * s.kv_elements() + s.lse_elements());
   if (step.name == "step01_naive") bytes += f * double(s.seq_q) * double(s.seq_kv);  // S, the whole matrix
   if (check) bytes += (8 + f) * double(s.q_elements() + s.lse_elements());  // fp64 reference + fp32 baseline
+  if (backward) {
+    bytes += f * double(2 * s.q_elements() + 2 * s.kv_elements());  // dO, dQ, dK, dV
+    // Checked: the fp64 gradients and the floor's magnitudes, and a baseline's float gradients.
+    if (check) bytes += (8 + f) * double(s.q_elements() + 2 * s.kv_elements()) + 16 * double(s.kv_elements());
+  }
   double limit = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   struct rlimit as {};
   if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min(limit, double(as.rlim_cur));
@@ -190,6 +268,8 @@ double estimated_seconds(const StepInfo& step, const Shape& s, bool causal, cons
     seconds += run + timed;
   }
   if (settings.check) seconds += 4 * work / kCheckFlopsPerSecond;  // reference + three baselines
+  // The backward is 2.5 forwards of work, in the step and in its check alike.
+  if (settings.backward) seconds *= 1 + attention_backward_flops(s, causal) / flops;
   return seconds;
 }
 
@@ -221,7 +301,7 @@ namespace {
 /// fails), checked before the run so that a long run does not end in a refusal.
 class SaveDir {
  public:
-  explicit SaveDir(std::string dir) : dir_(std::move(dir)) {
+  SaveDir(std::string dir, bool backward) : dir_(std::move(dir)), backward_(backward) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!fs::exists(fs::symlink_status(dir_, ec))) {
@@ -231,22 +311,32 @@ class SaveDir {
     } else if (!fs::is_directory(dir_, ec)) {
       throw OutputError(dir_ + ": exists and is not a directory");
     }
-    check_writable(o_path());
-    check_writable(lse_path());
+    for (const char* name : kNames) {
+      if (backward_ || std::string(name) == "o" || std::string(name) == "lse") check_writable(path(name));
+    }
   }
-  std::string o_path() const { return dir_ + "/o.npy"; }
-  std::string lse_path() const { return dir_ + "/lse.npy"; }
+  std::string path(const std::string& name) const { return dir_ + "/" + name + ".npy"; }
 
-  /// Writes o.npy and lse.npy: both complete, or neither.
-  void save(const Shape& s, const Result& r) {
+  /// Writes o.npy and lse.npy (and dq.npy, dk.npy, dv.npy after a backward):
+  /// every file complete, or none.
+  void save(const Shape& s, const Result& r, const Gradients* g) {
     try {
-      OutputFile o(o_path()), lse(lse_path());
-      write_npy(o, {s.batch, s.heads, s.seq_q, s.head_dim}, r.o);
-      write_npy(lse, {s.batch, s.heads, s.seq_q}, r.lse);
-      o.finish();
-      lse.finish();
-      o.commit();
-      lse.commit();
+      const std::vector<int64_t> q_shape{s.batch, s.heads, s.seq_q, s.head_dim};
+      const std::vector<int64_t> kv_shape{s.batch, s.heads, s.seq_kv, s.head_dim};
+      std::vector<std::pair<std::string, std::pair<std::vector<int64_t>, const std::vector<float>*>>> files{
+          {"o", {q_shape, &r.o}}, {"lse", {{s.batch, s.heads, s.seq_q}, &r.lse}}};
+      if (backward_ && g) {
+        files.push_back({"dq", {q_shape, &g->dq}});
+        files.push_back({"dk", {kv_shape, &g->dk}});
+        files.push_back({"dv", {kv_shape, &g->dv}});
+      }
+      std::vector<std::unique_ptr<OutputFile>> out;
+      for (const auto& [name, tensor] : files) {
+        out.push_back(std::make_unique<OutputFile>(path(name)));
+        write_npy(*out.back(), tensor.first, *tensor.second);
+      }
+      for (auto& f : out) f->finish();
+      for (auto& f : out) f->commit();
     } catch (...) {
       discard();
       throw;
@@ -259,7 +349,9 @@ class SaveDir {
   }
 
  private:
+  static constexpr const char* kNames[] = {"o", "lse", "dq", "dk", "dv"};
   std::string dir_;
+  bool backward_ = false;
   bool created_ = false;
 };
 
@@ -269,7 +361,8 @@ class SaveDir {
 constexpr const char* kSingleLaunchTiming =
     "single launch, GPU idle before each: a quick look, not comparable with sustained timing";
 
-void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision) {
+void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision,
+                bool deterministic) {
   const Shape& s = p.shape;
   nlohmann::ordered_json j;
   j["step"] = step.name;
@@ -305,10 +398,40 @@ void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Pr
     j["hbm_write_bytes"] = rep.result.traffic->hbm_write_bytes;
   }
   for (const auto& [name, value] : rep.result.extra) j[name] = value;  // NaN and ±inf become null
+  if (rep.backward) {
+    const BackwardReport& b = *rep.backward;
+    nlohmann::ordered_json k;
+    k["deterministic"] = deterministic;
+    k["time_ms"] = b.time_ms;
+    k["timed_runs"] = b.timed_runs;
+    k["kernel_only"] = b.kernel_only;
+    k["tflops"] = b.tflops;
+    k["nonfinite_outputs"] = b.nonfinite;
+    if (b.verdict) {
+      k["max_err_dq"] = b.verdict->errors.dq;
+      k["max_err_dk"] = b.verdict->errors.dk;
+      k["max_err_dv"] = b.verdict->errors.dv;
+      k["tol_dq"] = b.verdict->tolerance.dq;
+      k["tol_dk"] = b.verdict->tolerance.dk;
+      k["tol_dv"] = b.verdict->tolerance.dv;
+      k["passed"] = b.verdict->passed;
+      if (!b.verdict->passed) k["failure"] = b.verdict->failure;
+    } else {
+      k["passed"] = nullptr;
+    }
+    k["peak_bytes"] = b.gradients.peak_bytes;
+    if (b.gradients.traffic) {
+      k["hbm_read_bytes"] = b.gradients.traffic->hbm_read_bytes;
+      k["hbm_write_bytes"] = b.gradients.traffic->hbm_write_bytes;
+    }
+    for (const auto& [name, value] : b.gradients.extra) k[name] = value;
+    j["backward"] = k;
+  }
   std::cout << j.dump() << "\n";
 }
 
-void print_table(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision) {
+void print_table(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision,
+                 bool deterministic) {
   const auto row = [](const std::string& name) -> std::ostream& {
     return std::cout << "  " << std::left << std::setw(26) << name << ' ';
   };
@@ -336,6 +459,35 @@ void print_table(const StepInfo& step, const Problem& p, const RunReport& rep, P
     std::cout << std::defaultfloat;
     if (v.passed) {
       row("check") << "PASS (tolerance = 2 x " << name(precision) << " standard attention's error + 1e-6)\n";
+    } else {
+      row("check") << "FAIL: " << v.failure << "\n";
+    }
+  }
+  if (!rep.backward) return;
+  const BackwardReport& b = *rep.backward;
+  std::cout << "backward" << (deterministic ? " (deterministic)" : "") << "\n";
+  std::ostringstream bhow;
+  bhow << (b.kernel_only ? "kernels only, CUDA events" : "wall clock") << ", median of " << b.timed_runs
+       << (b.timed_runs == 1 ? " run" : " runs");
+  if (b.kernel_only) bhow << "; " << kSingleLaunchTiming;
+  row("time") << std::fixed << std::setprecision(3) << b.time_ms << " ms (" << bhow.str() << ")\n";
+  row("TFLOP/s") << std::setprecision(4) << b.tflops << " (2.5 x the forward's FLOPs)\n" << std::defaultfloat;
+  row("peak working memory") << format_bytes(double(b.gradients.peak_bytes)) << " (beyond inputs and outputs)\n";
+  if (b.gradients.traffic) {
+    row("HBM traffic") << "read " << format_bytes(double(b.gradients.traffic->hbm_read_bytes)) << ", written "
+                       << format_bytes(double(b.gradients.traffic->hbm_write_bytes)) << " ("
+                       << b.gradients.traffic->hbm_read_bytes + b.gradients.traffic->hbm_write_bytes << " bytes)\n";
+  }
+  for (const auto& [name, value] : b.gradients.extra) row(name) << std::setprecision(10) << value << "\n";
+  if (b.verdict) {
+    const GradientVerdict& v = *b.verdict;
+    std::cout << std::scientific << std::setprecision(2);
+    row("max |dQ - dQ_ref|") << v.errors.dq << "  (tolerance " << v.tolerance.dq << ")\n";
+    row("max |dK - dK_ref|") << v.errors.dk << "  (tolerance " << v.tolerance.dk << ")\n";
+    row("max |dV - dV_ref|") << v.errors.dv << "  (tolerance " << v.tolerance.dv << ")\n";
+    std::cout << std::defaultfloat;
+    if (v.passed) {
+      row("check") << "PASS (tolerance = 2 x " << name(precision) << " standard attention's gradient error + floor)\n";
     } else {
       row("check") << "FAIL: " << v.failure << "\n";
     }
@@ -368,12 +520,26 @@ bool parse_program_args(const StepInfo& step, int argc, char** argv, ProgramArgs
          "the precision to compute in: fp32, bf16 or fp16 (default " + std::string(name(step.precisions.front())) +
              "; this step: " + names(step.precisions) + ")")
       ->type_name("TYPE");
-  app.add_flag("--check", c.settings.check, "compare O and L with the fp64 reference (exit 1 on failure)");
+  app.add_flag("--check", c.settings.check,
+               "compare O and L (and dQ, dK, dV) with the fp64 reference (exit 1 on failure)");
+  if (step.backward) {
+    app.add_flag("--backward", c.settings.backward,
+                 "run the backward pass after the forward: dQ, dK, dV from dO (DIR/do.npy with --load, "
+                 "else random from --seed; all ones for a fixture)");
+  }
+  if (step.has_deterministic_option) {
+    app.add_flag("--deterministic", c.settings.deterministic,
+                 "sum dQ in a fixed order, so that repeated runs give the same bits (with --backward)")
+        ->needs(app.get_option("--backward"));
+  }
   cli::add_repeat_option(app, c.settings.repeat, 0,
                          "time R runs after the checked one and report the median (default 1; 0 = time the one run)");
   app.add_flag("--json", c.json, "print one JSON object instead of the table");
   cli::add_text_option(app, "--save", c.save_dir, "a directory name",
-                       "write DIR/o.npy and DIR/lse.npy (each complete, or not at all)", "DIR");
+                       step.backward ? "write DIR/o.npy and DIR/lse.npy, and with --backward DIR/dq.npy, DIR/dk.npy, "
+                                       "DIR/dv.npy (each complete, or not at all)"
+                                     : "write DIR/o.npy and DIR/lse.npy (each complete, or not at all)",
+                       "DIR");
   CLI::Option* trace = app.add_flag("--trace", args.trace, "print every step of the algorithm (tiny problems only)");
   trace->excludes(app.get_option("--json"));
   if (!cli::parse(app, argc, argv)) return false;
@@ -395,10 +561,10 @@ int run_program(const StepInfo& step, int argc, char** argv) {
     if (config.problem.load_dir.empty() && config.problem.fixture.empty()) {
       validate(spec);
       require_head_dim(spec.head_dim, step.head_dims, step.name);
-      require_host_memory(step, spec, config.settings.check);
+      require_host_memory(step, spec, config.settings.check, config.settings.backward);
     }
     std::optional<SaveDir> save;
-    if (!config.save_dir.empty()) save.emplace(config.save_dir);  // refuse now, not after the run
+    if (!config.save_dir.empty()) save.emplace(config.save_dir, config.settings.backward);  // refuse now
     try {
       const Problem problem = make_problem(config.problem, step, &config.settings.sram_floats);
       const Shape& s = problem.shape;
@@ -416,21 +582,32 @@ int run_program(const StepInfo& step, int argc, char** argv) {
         std::cerr << step.name << ": this run will take about " << format_duration(eta)
                   << (config.settings.progress ? "; progress below" : "") << " (Ctrl-C stops it)\n";
       }
-      const RunReport report = run_step(step, problem, config.settings);
+      std::vector<float> d_o;
+      if (config.settings.backward) d_o = make_upstream(config.problem, problem);
+      const RunReport report = run_step(step, problem, config.settings, config.settings.backward ? &d_o : nullptr);
       if (report.nonfinite > 0) {
         std::cerr << step.name << ": " << (config.settings.check ? "error" : "warning") << ": " << report.nonfinite
                   << " of " << report.result.o.size() + report.result.lse.size()
                   << " outputs are not finite: these inputs overflow float32 inside the step "
                      "(scores scale*q.k or sums of V beyond 3.4e38)\n";
       }
-      if (save) save->save(s, report.result);
+      const BackwardReport* backward = report.backward ? &*report.backward : nullptr;
+      if (backward && backward->nonfinite > 0) {
+        std::cerr << step.name << ": " << (config.settings.check ? "error" : "warning") << ": " << backward->nonfinite
+                  << " of " << backward->gradients.dq.size() + 2 * backward->gradients.dk.size()
+                  << " gradients are not finite: these inputs overflow float32 inside the backward\n";
+      }
+      if (save) save->save(s, report.result, backward ? &backward->gradients : nullptr);
+      const bool deterministic = config.settings.deterministic;
       if (config.json) {
-        print_json(step, problem, report, config.settings.precision);
+        print_json(step, problem, report, config.settings.precision, deterministic);
       } else {
-        print_table(step, problem, report, config.settings.precision);
+        print_table(step, problem, report, config.settings.precision, deterministic);
       }
       flush_stdout();
-      return report.verdict && !report.verdict->passed ? 1 : 0;
+      const bool failed = (report.verdict && !report.verdict->passed) ||
+                          (backward && backward->verdict && !backward->verdict->passed);
+      return failed ? 1 : 0;
     } catch (...) {
       if (save) save->discard();
       throw;

@@ -15,6 +15,7 @@
 #include "common/cli.hpp"
 #include "common/problem.hpp"
 #include "common/reference.hpp"
+#include "common/reference_backward.hpp"
 #include "common/step.hpp"
 
 namespace common {
@@ -22,6 +23,11 @@ namespace common {
 /// Floating-point operations of one forward pass: 4·B·H·N_q·N_kv·d, halved when
 /// causal (only the lower triangle is needed).
 double attention_flops(const Shape& shape, bool causal);
+
+/// Floating-point operations of one backward pass: 2.5 × attention_flops
+/// (FlashAttention's convention: the backward's five products against the
+/// forward's two), halved when causal like the forward.
+double attention_backward_flops(const Shape& shape, bool causal);
 
 /// How to run a step: shared by the programs, the tour and the benchmarks.
 struct RunSettings {
@@ -34,6 +40,8 @@ struct RunSettings {
   /// Stop repeating CPU runs once this many seconds were spent timing (0 = no
   /// limit); at least one run is always timed.
   double time_budget_s = 0;
+  bool backward = false;       ///< run the backward pass after the forward (`--backward`)
+  bool deterministic = false;  ///< the backward sums dQ in a fixed order (`--deterministic`)
 };
 
 /// One resolved configuration of a step's program: the command line, parsed
@@ -42,7 +50,18 @@ struct RunConfig {
   cli::ProblemSpec problem;  ///< what to run on
   RunSettings settings;      ///< how to run it
   bool json = false;         ///< one JSON object on stdout instead of the table
-  std::string save_dir;      ///< write O and L here (empty: do not save)
+  std::string save_dir;      ///< write O and L (and dQ, dK, dV) here (empty: do not save)
+};
+
+/// What one run of a step's backward pass produced and measured.
+struct BackwardReport {
+  Gradients gradients;           ///< dQ, dK, dV and the step's counters (from the checked run)
+  double time_ms = 0;            ///< median time of the timed runs
+  int timed_runs = 0;            ///< how many runs the median is over
+  bool kernel_only = false;      ///< time is kernel-only (CUDA events), not wall clock
+  double tflops = 0;             ///< attention_backward_flops / time
+  int64_t nonfinite = 0;         ///< gradients that are NaN or infinite
+  std::optional<GradientVerdict> verdict;  ///< set when checked
 };
 
 /// What one run of a step produced and measured.
@@ -54,12 +73,21 @@ struct RunReport {
   double tflops = 0;             ///< attention_flops / time
   int64_t nonfinite = 0;         ///< outputs (O and L) that are NaN or infinite
   std::optional<Verdict> verdict;  ///< set when checked
+  std::optional<BackwardReport> backward;  ///< set when the backward ran
 };
 
 /// Runs `step` on `problem`: opens a session, runs once (the result, its
-/// working memory measured), checks, then times `repeat` more runs. Throws
-/// InputError / NoGpuError.
-RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettings& settings);
+/// working memory measured), checks, then times `repeat` more runs. With
+/// `settings.backward` it then does the same for the backward pass, on the
+/// forward's O and L and the upstream gradient `d_o` (which must then be given).
+/// Throws InputError / NoGpuError.
+RunReport run_step(const StepInfo& step, const Problem& problem, const RunSettings& settings,
+                   const std::vector<float>* d_o = nullptr);
+/// The upstream gradient dO of a `--backward` run: DIR/do.npy with `--load DIR`
+/// when that file exists (float32 [B, H, N_q, d], finite), all ones for a
+/// `--fixture` (loss = Σ O, the case the pages work by hand), otherwise random
+/// from `--seed` (make_random_upstream).
+std::vector<float> make_upstream(const cli::ProblemSpec& spec, const Problem& problem);
 
 /// The problem `spec` describes: random inputs, a named fixture or .npy files.
 /// For a fixture, `sram_floats` (when 0) becomes the budget its source used.
@@ -68,7 +96,7 @@ Problem make_problem(const cli::ProblemSpec& spec, const StepInfo& step, int64_t
 /// Host bytes a run needs (inputs, outputs, the step's own working memory it
 /// is known for, and the fp64 reference when checked). Throws InputError when
 /// that is more than this machine's memory, before anything is allocated.
-void require_host_memory(const StepInfo& step, const Shape& shape, bool check);
+void require_host_memory(const StepInfo& step, const Shape& shape, bool check, bool backward = false);
 
 /// Seconds `step` is expected to take on `problem` with `settings` on this
 /// machine's CPU (the runs and the check), or 0 when it does not estimate.

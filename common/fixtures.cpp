@@ -44,6 +44,15 @@ Problem make_random_problem(const Shape& shape, bool causal, std::optional<float
   return p;
 }
 
+std::vector<float> make_random_upstream(const Shape& shape, uint64_t seed) {
+  validate(shape);
+  constexpr uint64_t kUpstreamStream = 0xD0D0D0D0D0D0D0D0ull;  // not Q, K and V's stream
+  uint64_t state = seed ^ kUpstreamStream;
+  std::vector<float> d_o;
+  fill(d_o, shape.q_elements(), 1.0f, state);
+  return d_o;
+}
+
 float amplitude_for_score_magnitude(double magnitude, int64_t head_dim, float scale) {
   // s = scale * sum_k q_k k_k with q, k uniform in [-a, a]: the sum has standard
   // deviation a^2 sqrt(d) / 3, so a = sqrt(3 |s| / (scale sqrt(d))).

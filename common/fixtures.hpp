@@ -19,6 +19,11 @@ namespace common {
 Problem make_random_problem(const Shape& shape, bool causal, std::optional<float> scale, uint64_t seed,
                             float qk_amplitude = 1.0f);
 
+/// A random upstream gradient dO = ∂loss/∂O for `shape` ((B, H, N_q, d), uniform in
+/// [-1, 1)) from `seed`, drawn from a stream of its own: the same seed gives the
+/// same Q, K, V as make_random_problem and a dO independent of them.
+std::vector<float> make_random_upstream(const Shape& shape, uint64_t seed);
+
 /// The Q/K amplitude that makes scaled scores reach about `magnitude` in size
 /// (used for the "large scores" cases: |s| ~ 1e3 must not overflow exp).
 float amplitude_for_score_magnitude(double magnitude, int64_t head_dim, float scale);

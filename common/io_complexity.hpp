@@ -38,6 +38,23 @@ Algorithm1Tiles algorithm1_tiles(int64_t sram_floats, const Shape& shape);
 /// All times B·H heads and 4 bytes per float.
 Traffic algorithm1_traffic(const Shape& shape, const Algorithm1Tiles& tiles);
 
+/// The tiles of the backward pass (FlashAttention-2's Algorithm 2) for a budget of
+/// M floats: B_c = ⌈M/8d⌉, B_r = min(⌈M/8d⌉, d). The backward keeps four K/V-side
+/// tiles on chip (K_j, V_j, dK_j, dV_j: half of M) beside three Q-side tiles
+/// (Q_i, dO_i, dQ_i) and two score tiles (S_ij → P_ij, dP_ij → dS_ij), at most
+/// 9M/8 floats in all, as Algorithm 1's tiles take up to 5M/4.
+Algorithm1Tiles algorithm2_tiles(int64_t sram_floats, const Shape& shape);
+
+/// HBM traffic of the backward pass as step 22 runs Algorithm 2, in closed form:
+/// - D = rowsum(dO ∘ O) reads dO and O once and writes D: 2·N_q·d and N_q;
+/// - dQ = 0 is written once: N_q·d;
+/// - line 6 reads every K_j, V_j once: 2·N_kv·d;
+/// - line 9 reads Q_i, dO_i, dQ_i, L_i, D_i for every (j, i): T_c·(3·N_q·d + 2·N_q);
+/// - line 15 writes dQ_i back for every (j, i): T_c·N_q·d;
+/// - line 18 writes every dK_j, dV_j once: 2·N_kv·d.
+/// All times B·H heads and 4 bytes per float.
+Traffic algorithm2_traffic(const Shape& shape, const Algorithm1Tiles& tiles);
+
 /// Standard attention's HBM traffic (the paper's Algorithm 0): read Q, K, write
 /// S; read S, write P; read P, V, write O — Θ(N·d + N²) per head, in bytes.
 Traffic standard_attention_traffic(const Shape& shape);

@@ -139,4 +139,11 @@ Problem rounded_inputs(const Problem& problem, Precision precision) {
   return p;
 }
 
+std::vector<float> rounded_tensor(const std::vector<float>& data, Precision precision, const Shape& shape,
+                                  int64_t seq, const std::string& tensor) {
+  std::vector<float> r = data;
+  if (precision != Precision::fp32) round_tensor(r, precision, shape, seq, tensor.c_str());
+  return r;
+}
+
 }  // namespace common

@@ -51,6 +51,7 @@ float round_to(Precision precision, float x);
 double unit_roundoff(Precision precision);
 
 struct Problem;
+struct Shape;
 
 /// `problem` with Q, K and V rounded to `precision`: the inputs a kernel that
 /// computes in `precision` sees (fp32: an unchanged copy). Validates `problem`
@@ -58,5 +59,11 @@ struct Problem;
 /// index when a value does not fit (fp16: |x| >= 65520 would become infinity),
 /// so that a kernel never sees an infinity the caller did not give it.
 Problem rounded_inputs(const Problem& problem, Precision precision);
+
+/// `data`, a (B, H, `seq`, d) tensor of `shape` named `tensor`, rounded to
+/// `precision` (fp32: an unchanged copy), refusing a value that does not fit as
+/// rounded_inputs does. The backward rounds dO with it.
+std::vector<float> rounded_tensor(const std::vector<float>& data, Precision precision, const Shape& shape,
+                                  int64_t seq, const std::string& tensor);
 
 }  // namespace common

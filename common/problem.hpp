@@ -139,6 +139,9 @@ struct Options {
   /// The precision to compute in (`--dtype`): one of the step's
   /// StepInfo::precisions, which open_session enforces. fp32 steps compute in fp32.
   Precision precision = Precision::fp32;
+  /// Backward steps (`--deterministic`): sum dQ in a fixed order, so that repeated
+  /// runs give the same bits, where the step's default order depends on timing.
+  bool deterministic = false;
 };
 
 /// The budget M a step uses: `options.sram_floats`, or the step's default when

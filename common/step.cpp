@@ -32,6 +32,32 @@ class HostSession : public Session {
   Result result_;
 };
 
+/// A CPU backward step's session: every run calls the backward pass on the host arrays.
+class HostBackwardSession : public BackwardSession {
+ public:
+  HostBackwardSession(const StepInfo& step, const Problem& problem, const BackwardInputs& inputs,
+                      const Options& options)
+      : backward_(step.backward), problem_(problem), inputs_(inputs), options_(options) {}
+  void run() override {
+    gradients_ = backward_(problem_, inputs_, options_);
+    options_.trace = nullptr;  // the trace is printed by the first run only
+  }
+  double timed_run_ms() override {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+  Gradients gradients() override { return gradients_; }
+  bool kernel_only() const override { return false; }
+
+ private:
+  BackwardFn backward_;
+  const Problem& problem_;
+  const BackwardInputs& inputs_;
+  Options options_;
+  Gradients gradients_;
+};
+
 }  // namespace
 
 void require_precision(const StepInfo& step, Precision precision) {
@@ -46,6 +72,15 @@ std::unique_ptr<Session> open_session(const StepInfo& step, const Problem& probl
   require_precision(step, options.precision);
   if (step.open) return step.open(problem, options);
   return std::make_unique<HostSession>(step, problem, options);
+}
+
+std::unique_ptr<BackwardSession> open_backward_session(const StepInfo& step, const Problem& problem,
+                                                       const BackwardInputs& inputs, const Options& options) {
+  if (!step.backward) throw InputError(step.name + " has no backward pass");
+  require_precision(step, options.precision);
+  validate(problem, inputs);
+  if (step.open_backward) return step.open_backward(problem, inputs, options);
+  return std::make_unique<HostBackwardSession>(step, problem, inputs, options);
 }
 
 }  // namespace common

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/backward.hpp"
 #include "common/problem.hpp"
 
 namespace common {
@@ -91,6 +92,14 @@ struct GpuKernel {
   /// (90: Hopper, built for sm_90a, whose wgmma no other GPU has); 0 = any GPU the
   /// build targets. A session on another GPU is refused with NoGpuError.
   int compute_capability = 0;
+  /// Backward steps: enqueues the backward pass on `args.stream` and checks the
+  /// launch (it does not wait). Empty for a forward-only step.
+  std::function<void(const DeviceBackwardArgs& args)> launch_backward;
+  /// Bytes of global working memory the backward launch needs (`args.workspace`),
+  /// e.g. an fp32 dQ accumulator; empty = none.
+  std::function<int64_t(const Shape& shape, bool deterministic)> backward_workspace_bytes;
+  /// The backward kernels' tiles and resources for head dimension d (as `resources`).
+  std::function<Figures(int64_t head_dim)> backward_resources;
 };
 
 /// Everything the driver needs to know about a step.
@@ -99,6 +108,16 @@ struct StepInfo {
   std::string title;                ///< one line: what the step adds
   ForwardFn forward;                ///< the forward pass (every step)
   OpenFn open;                      ///< a session for repeated runs (empty: built from `forward`)
+  /// Backward steps: the backward pass, `stepNN::attention_backward` (empty for a
+  /// forward-only step). Its forward is `forward`, the step it extends.
+  BackwardFn backward;
+  /// A backward session for repeated runs (empty: built from `backward`).
+  OpenBackwardFn open_backward;
+  /// Backward steps: the forward step this step extends, e.g. "step02_tiled_cpu".
+  std::string extends;
+  /// Backward steps: `--deterministic` changes how dQ is summed (a GPU step's
+  /// atomics); false where the order is fixed anyway.
+  bool has_deterministic_option = false;
   std::shared_ptr<const GpuKernel> gpu;  ///< GPU steps: the launch on device pointers
   std::vector<int64_t> head_dims;   ///< supported d (empty = any d >= 1)
   /// The precisions the step computes in (`--dtype`); the first is its native
@@ -122,5 +141,12 @@ void require_precision(const StepInfo& step, Precision precision);
 /// one (GPU steps), otherwise a session that calls `step.forward` each run.
 /// Refuses a precision the step does not compute in (require_precision).
 std::unique_ptr<Session> open_session(const StepInfo& step, const Problem& problem, const Options& options);
+
+/// Opens a backward session for `step` (which must have a backward): the
+/// step's own `open_backward` where it has one, otherwise a session that calls
+/// `step.backward` each run. Validates the inputs and refuses a precision the
+/// step does not compute in.
+std::unique_ptr<BackwardSession> open_backward_session(const StepInfo& step, const Problem& problem,
+                                                       const BackwardInputs& inputs, const Options& options);
 
 }  // namespace common

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <sstream>
 
 #include "common/driver.hpp"
 #include "common/reference.hpp"
+#include "common/reference_backward.hpp"
 
 namespace common::testing {
 
@@ -167,6 +169,91 @@ void check_smem_over_48kb(const StepInfo& step, int64_t from_d) {
     CHECK((extra(step.forward(p, {}), "smem_bytes") > kDefaultSmemBytes) == (d >= from_d));
     check_problem(step, p);
   }
+}
+
+namespace {
+
+std::string describe_run(const StepInfo& step, const Problem& problem, const Options& options) {
+  return step.name + ", " + describe(problem.shape) + (problem.causal ? " causal" : "") + ", scale " +
+         std::to_string(problem.scale) + ", " + name(options.precision) +
+         (options.deterministic ? ", deterministic" : "") + ", FLASH_TEST_SEED=" + std::to_string(run_seed());
+}
+
+}  // namespace
+
+void check_gradient_problem(const StepInfo& step, const Problem& problem, const Options& options,
+                            const std::vector<float>* d_o) {
+  REQUIRE(step.backward);
+  INFO(describe_run(step, problem, options));
+  const Result forward = step.forward(problem, options);
+  const Verdict fv = check_result(problem, forward, options.precision);
+  CHECK_MESSAGE(fv.passed, "forward: " << fv.failure);
+  BackwardInputs inputs{forward.o, forward.lse,
+                        d_o ? *d_o : make_random_upstream(problem.shape, run_seed() ^ uint64_t(problem.q.size()))};
+  const Gradients g = step.backward(problem, inputs, options);
+  CHECK(g.dq.size() == static_cast<size_t>(problem.shape.q_elements()));
+  CHECK(g.dk.size() == static_cast<size_t>(problem.shape.kv_elements()));
+  CHECK(g.dv.size() == static_cast<size_t>(problem.shape.kv_elements()));
+  const GradientVerdict v = check_gradients(problem, inputs.d_o, g, options.precision);
+  CHECK_MESSAGE(v.passed, "backward: " << v.failure);
+}
+
+void check_gradient_conformance(const StepInfo& step, int64_t max_seq, const Options& options, bool large_scores) {
+  const auto cases = conformance_cases(step.head_dims, max_seq);
+  REQUIRE(!cases.empty());
+  uint64_t case_seed = run_seed();
+  for (const ConformanceCase& c : cases) {
+    ++case_seed;  // fresh inputs for every case
+    if (!large_scores && c.score_magnitude > 0) continue;
+    SUBCASE(c.name.c_str()) {
+      const Problem problem = make_problem(c, case_seed);
+      const std::vector<float> d_o = make_random_upstream(problem.shape, case_seed);
+      check_gradient_problem(step, problem, options, &d_o);
+    }
+  }
+}
+
+void check_backward_session(const StepInfo& step, const Problem& problem, int timed, const Options& options,
+                            bool bitwise) {
+  INFO(describe_run(step, problem, options));
+  const Result forward = step.forward(problem, options);
+  const BackwardInputs inputs{forward.o, forward.lse, make_random_upstream(problem.shape, run_seed())};
+  const std::unique_ptr<BackwardSession> session = open_backward_session(step, problem, inputs, options);
+  session->run();
+  const Gradients first = session->gradients();
+  const GradientVerdict v = check_gradients(problem, inputs.d_o, first, options.precision);
+  CHECK_MESSAGE(v.passed, v.failure);
+  for (int r = 0; r < timed; ++r) CHECK(session->timed_run_ms() > 0);
+  if (!bitwise) return;
+  const Gradients again = session->gradients();
+  CHECK(again.dq == first.dq);
+  CHECK(again.dk == first.dk);
+  CHECK(again.dv == first.dv);
+}
+
+void check_backward_bad_input(const StepInfo& step, int64_t d, const Options& options) {
+  const Problem p = make_random_problem(Shape{1, 2, 9, 7, d}, false, std::nullopt, 1);
+  const Result forward = step.forward(p, options);
+  const BackwardInputs good{forward.o, forward.lse, make_random_upstream(p.shape, 2)};
+  const auto refused = [&](BackwardInputs in, const char* named) {
+    CAPTURE(named);
+    CHECK_THROWS_WITH_AS(step.backward(p, in, options), doctest::Contains(named), InputError);
+  };
+  BackwardInputs in = good;
+  in.d_o.pop_back();
+  refused(in, "dO has");
+  in = good;
+  in.o.push_back(0.0f);
+  refused(in, "O has");
+  in = good;
+  in.lse.pop_back();
+  refused(in, "L has");
+  in = good;
+  in.d_o[5] = std::nanf("");
+  refused(in, "dO holds nan");
+  in = good;
+  in.lse[3] = std::numeric_limits<float>::infinity();
+  refused(in, "L holds inf");
 }
 
 }  // namespace common::testing

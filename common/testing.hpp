@@ -77,4 +77,28 @@ void check_named_fixtures(const StepInfo& step);
 /// d >= `from_d`.
 void check_smem_over_48kb(const StepInfo& step, int64_t from_d);
 
+/// Runs `step`'s forward, then its backward on the forward's O and L with a
+/// random dO (fresh from the run's seed, or `d_o` when given), gradients
+/// poisoned first, and CHECKs dQ, dK and dV against the fp64 reference under
+/// the gradient tolerance rule (common/reference_backward.hpp).
+void check_gradient_problem(const StepInfo& step, const Problem& problem, const Options& options = {},
+                            const std::vector<float>* d_o = nullptr);
+
+/// The gradient conformance suite: check_gradient_problem on every case of the
+/// forward's conformance suite whose d the step supports and whose lengths are at
+/// most `max_seq` (0 = all), fresh inputs and dO per case. With `large_scores`
+/// false the |s| ~ 1e3 cases are left out.
+void check_gradient_conformance(const StepInfo& step, int64_t max_seq = 0, const Options& options = {},
+                                bool large_scores = true);
+
+/// The backward in one session: one run checked under the gradient rule, then
+/// `timed` timed runs; CHECKs that each reports a positive time and, when
+/// `bitwise`, that the gradients afterwards are bitwise those of the first run.
+void check_backward_session(const StepInfo& step, const Problem& problem, int timed = 3, const Options& options = {},
+                            bool bitwise = true);
+
+/// Bad backward input is refused with a one-line InputError naming the tensor:
+/// dO, O or L of the wrong length, a NaN in dO, an infinity in L; at head dim `d`.
+void check_backward_bad_input(const StepInfo& step, int64_t d, const Options& options = {});
+
 }  // namespace common::testing

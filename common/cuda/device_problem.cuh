@@ -17,6 +17,37 @@ namespace common::cuda {
 /// Bytes of one element of Q, K, V or O in `precision`: 4 for fp32, 2 for bf16 and fp16.
 inline size_t element_bytes(Precision precision) { return precision == Precision::fp32 ? 4 : 2; }
 
+/// `values` in `precision` (fp32 as they are; bf16, fp16 rounded to nearest even), as bytes on the device.
+inline DeviceBuffer<unsigned char> upload_as(const std::vector<float>& values, Precision precision) {
+  std::vector<unsigned char> bytes(values.size() * element_bytes(precision));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (precision == Precision::fp32) {
+      std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+    } else {
+      const uint16_t bits = precision == Precision::bf16 ? to_bf16_bits(values[i]) : to_fp16_bits(values[i]);
+      std::memcpy(bytes.data() + 2 * i, &bits, 2);
+    }
+  }
+  return DeviceBuffer<unsigned char>(bytes);
+}
+
+/// A device tensor of `precision` elements, downloaded and widened to float.
+inline std::vector<float> download_as_float(const DeviceBuffer<unsigned char>& tensor, Precision precision) {
+  std::vector<unsigned char> bytes;
+  tensor.download(bytes);
+  std::vector<float> values(bytes.size() / element_bytes(precision));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (precision == Precision::fp32) {
+      std::memcpy(&values[i], bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);
+      values[i] = precision == Precision::bf16 ? from_bf16_bits(bits) : from_fp16_bits(bits);
+    }
+  }
+  return values;
+}
+
 /// Q, K, V uploaded in the precision the step computes in; O (same precision)
 /// and L (fp32) allocated on the device and poisoned.
 struct DeviceProblem {
@@ -38,9 +69,9 @@ struct DeviceProblem {
                                  int64_t(sizeof(float)) * s.lse_elements();
     require_device_memory(tensor_bytes + working_bytes, step_name);
     if (p != Precision::fp32) (void)rounded_inputs(problem, p);  // refuses what does not fit, by name
-    q = upload(problem.q);
-    k = upload(problem.k);
-    v = upload(problem.v);
+    q = upload_as(problem.q, p);
+    k = upload_as(problem.k, p);
+    v = upload_as(problem.v, p);
     o = DeviceBuffer<unsigned char>(size_t(s.q_elements()) * element_bytes(p));
     lse = DeviceBuffer<float>(static_cast<size_t>(s.lse_elements()));
     o.poison();  // 0xFF bytes: NaN as fp32, bf16 and fp16 alike
@@ -49,34 +80,8 @@ struct DeviceProblem {
 
   /// Copies O (widened to float) and L into `result`.
   void download(Result& result) const {
-    std::vector<unsigned char> bytes;
-    o.download(bytes);
-    result.o.resize(bytes.size() / element_bytes(precision));
-    for (size_t i = 0; i < result.o.size(); ++i) {
-      if (precision == Precision::fp32) {
-        std::memcpy(&result.o[i], bytes.data() + 4 * i, 4);
-      } else {
-        uint16_t bits;
-        std::memcpy(&bits, bytes.data() + 2 * i, 2);
-        result.o[i] = precision == Precision::bf16 ? from_bf16_bits(bits) : from_fp16_bits(bits);
-      }
-    }
+    result.o = download_as_float(o, precision);
     lse.download(result.lse);
-  }
-
- private:
-  /// `values` in `precision`, as bytes on the device.
-  DeviceBuffer<unsigned char> upload(const std::vector<float>& values) const {
-    std::vector<unsigned char> bytes(values.size() * element_bytes(precision));
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (precision == Precision::fp32) {
-        std::memcpy(bytes.data() + 4 * i, &values[i], 4);
-      } else {
-        const uint16_t bits = precision == Precision::bf16 ? to_bf16_bits(values[i]) : to_fp16_bits(values[i]);
-        std::memcpy(bytes.data() + 2 * i, &bits, 2);
-      }
-    }
-    return DeviceBuffer<unsigned char>(bytes);
   }
 };
 
