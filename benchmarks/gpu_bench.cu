@@ -9,7 +9,11 @@
 ///  - `steps` (not in the default set): every GPU step, fp32 and 16-bit alike, each in
 ///    its own precision (`--half-dtype` for the 16-bit ones), beside cuBLAS at B = 4,
 ///    H = 16, N = `--seq` (4096), d in {64, 128}, causal off and on: the figures the step
-///    pages' "measured" tables show (scripts/gpu/round.sh, perf phase).
+///    pages' "measured" tables show (scripts/gpu/round.sh, perf phase);
+///  - `backward` (not in the default set): every GPU step with a backward pass, its
+///    forward (its parent's kernel) and its backward timed alike, the backward with dQ by
+///    atomics and in the deterministic mode, at B = 4, H = 16, N in {1024, 4096}, d in
+///    {64, 128}, causal off and on. Backward TFLOP/s count 2.5 × the forward's FLOPs.
 /// The grid, long and sweep sections time the fp32 steps; the 16-bit steps are compared
 /// with PyTorch's SDPA in their own precision (scripts/gpu/check_pytorch.py).
 ///
@@ -157,6 +161,7 @@ std::vector<Entry> entries(bool with_half, const std::function<bool(const std::s
   std::vector<Entry> list = {{cublas_step()}};
   for (const common::StepInfo& step : tour::built_gpu_steps()) {
     if (!keep(step.name)) continue;
+    if (!step.extends.empty()) continue;  // a backward step's forward is its parent's kernel: timed there
     // The baseline is fp32: outside the `steps` section the bf16/fp16 steps are compared
     // with PyTorch's SDPA in their own precision instead (scripts/gpu/check_pytorch.py --dtype).
     if (!with_half && step.precisions.front() != common::Precision::fp32) continue;
@@ -349,6 +354,82 @@ std::vector<Row> measure(const Entry& entry, const common::Problem& problem, com
   return rows;
 }
 
+/// Times a backward step at one problem: its forward, then its backward in both modes
+/// (dQ by atomics, deterministic), each by both Methods, on the forward's O and L and a
+/// random dO. Rows named "<step>:forward", ":backward", ":backward_deterministic".
+std::vector<Row> measure_backward(const common::StepInfo& step, const common::Problem& problem) {
+  const common::GpuKernel& kernel = *step.gpu;
+  const common::Shape& s = problem.shape;
+  const common::Precision precision = step.precisions.front();
+  const int64_t forward_workspace = kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0;
+  common::cuda::DeviceProblem dev(problem, forward_workspace, step.name, precision);
+  common::cuda::DeviceBuffer<char> workspace(size_t(std::max<int64_t>(forward_workspace, 0)));
+  SustainedTimer timer;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  common::DeviceArgs args;
+  args.shape = s;
+  args.causal = problem.causal;
+  args.scale = problem.scale;
+  args.precision = precision;
+  args.q = dev.q.data();
+  args.k = dev.k.data();
+  args.v = dev.v.data();
+  args.o = dev.o.data();
+  args.lse = dev.lse.data();
+  args.workspace = forward_workspace > 0 ? workspace.data() : nullptr;
+  args.stream = timer.stream();
+  kernel.launch(args);  // O and L for the backward
+  CUDA_CHECK(cudaStreamSynchronize(timer.stream()));
+
+  const int64_t e = int64_t(common::cuda::element_bytes(precision));
+  const auto d_o = common::cuda::upload_as(common::make_random_upstream(s, 2027), precision);
+  common::cuda::DeviceBuffer<unsigned char> dq(size_t(s.q_elements() * e)), dk(size_t(s.kv_elements() * e)),
+      dv(size_t(s.kv_elements() * e));
+  common::cuda::DeviceBuffer<char> backward_workspace(size_t(kernel.backward_workspace_bytes(s, false)));
+  common::DeviceBackwardArgs b;
+  b.shape = s;
+  b.causal = problem.causal;
+  b.scale = problem.scale;
+  b.precision = precision;
+  b.q = args.q;
+  b.k = args.k;
+  b.v = args.v;
+  b.o = args.o;
+  b.lse = args.lse;
+  b.d_o = d_o.data();
+  b.dq = dq.data();
+  b.dk = dk.data();
+  b.dv = dv.data();
+  b.workspace = backward_workspace.data();
+  b.stream = timer.stream();
+
+  std::vector<Row> rows;
+  const auto add = [&](const std::string& what, const Sustained& t, double flops) {
+    for (size_t m = 0; m < std::size(kMethods); ++m) {
+      Row row;
+      row.kernel = step.name + ":" + what;
+      row.method = method_name(kMethods[m]);
+      row.precision = precision;
+      row.shape = s;
+      row.causal = problem.causal;
+      row.calls = t.calls;
+      row.ms = t.ms[m];
+      row.tflops = flops / (row.ms * 1e-3) / 1e12;
+      rows.push_back(row);
+    }
+  };
+  add("forward", timer.time(step.name, [&] { kernel.launch(args); }), common::attention_flops(s, problem.causal));
+  const double backward_flops = common::attention_backward_flops(s, problem.causal);
+  for (bool deterministic : {false, true}) {
+    b.deterministic = deterministic;
+    kernel.launch_backward(b);  // launches once outside the timing: a failure is reported here
+    CUDA_CHECK(cudaStreamSynchronize(timer.stream()));
+    add(deterministic ? "backward_deterministic" : "backward",
+        timer.time(step.name, [&] { kernel.launch_backward(b); }), backward_flops);
+  }
+  return rows;
+}
+
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t e = 0; e < a.size(); ++e) {
@@ -399,6 +480,14 @@ int run_problem(const std::string& section, const std::vector<Entry>& list, cons
     if (is_baseline) baseline = std::move(out);
   }
   return nonfinite;
+}
+
+/// `x` as CSV text, or "" when it is NaN (a figure that does not apply to the row).
+std::string empty_if_nan(double x) {
+  if (std::isnan(x)) return "";
+  std::ostringstream out;
+  out << x;
+  return out.str();
 }
 
 /// The figure `name` of a resource report, as CSV text ("" when the kernel has none).
@@ -463,14 +552,14 @@ int main(int argc, char** argv) {
            [&](const std::string& text) {
              sections = split_commas(text);
              for (const std::string& s : sections) {
-               if (s != "grid" && s != "long" && s != "sweep" && s != "steps") {
-                 throw common::InputError("--sections takes grid, long, sweep and steps, comma-separated; got '" + s +
-                                          "'");
+               if (s != "grid" && s != "long" && s != "sweep" && s != "steps" && s != "backward") {
+                 throw common::InputError(
+                     "--sections takes grid, long, sweep, steps and backward, comma-separated; got '" + s + "'");
                }
              }
              if (sections.empty()) throw common::InputError("--sections needs at least one section");
            },
-           "the sections to run, comma-separated: grid, long, sweep (the default) and steps")
+           "the sections to run, comma-separated: grid, long, sweep (the default), steps and backward")
         ->type_name("LIST");
     app.add_option_function<std::string>(
            "--steps", [&](const std::string& text) { steps = split_commas(text); },
@@ -561,6 +650,28 @@ int main(int argc, char** argv) {
       }
     }
 
+    if (want("backward")) {
+      for (const common::StepInfo& step : tour::built_gpu_steps()) {
+        if (!step.gpu->launch_backward || !keep(step.name)) continue;
+        for (int64_t n : quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096}) {
+          for (int64_t d : {64, 128}) {
+            for (bool causal : {false, true}) {
+              const common::Shape shape{4, 16, n, n, d};
+              for (Row& row : measure_backward(step, common::make_random_problem(shape, causal, std::nullopt, 2026))) {
+                row.section = "backward";
+                row.speedup = std::nan("");  // no cuBLAS backward: the CSV leaves it empty
+                row.max_diff = std::nan("");
+                std::fprintf(stderr, "  backward %-40s %-12s N=%-5lld d=%-3lld %-6s %9.3f ms %7.2f TFLOP/s\n",
+                             row.kernel.c_str(), row.method.c_str(), (long long)n, (long long)d,
+                             causal ? "causal" : "", row.ms, row.tflops);
+                rows.push_back(row);
+              }
+            }
+          }
+        }
+      }
+    }
+
     std::printf("\n%s, %s; sustained timing (method: back_to_back or cuda_graph), median of %d repetitions of K "
                 "calls\n", prop.name, date.c_str(), kRepetitions);
     std::printf("%-6s %-22s %-4s %-12s %5s %5s %5s %3s %-6s %10s %8s %9s %10s\n", "", "kernel", "type", "method",
@@ -583,7 +694,8 @@ int main(int argc, char** argv) {
         csv << prop.name << ',' << date << ',' << r.section << ',' << r.method << ',' << r.kernel << ','
             << common::name(r.precision) << ',' << r.shape.batch << ',' << r.shape.heads << ',' << r.shape.seq_q
             << ',' << r.shape.seq_kv << ',' << r.shape.head_dim << ',' << (r.causal ? 1 : 0) << ',' << r.calls << ','
-            << kRepetitions << ',' << r.ms << ',' << r.tflops << ',' << r.speedup << ',' << r.max_diff;
+            << kRepetitions << ',' << r.ms << ',' << r.tflops << ',' << empty_if_nan(r.speedup) << ','
+            << empty_if_nan(r.max_diff);
         for (const char* c : resource_columns) csv << ',' << figure(r.resources, c);
         csv << '\n';
       }

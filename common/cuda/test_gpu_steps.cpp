@@ -12,6 +12,8 @@
 ///    tile sizes (from step 6, whose causal loop skips and masks tiles);
 ///  - `FLASH_TESTS_SCALE_SIGNS`: every sign of the scale at every d (from step
 ///    12, whose kernel folds sign(scale) into Q_i);
+///  - `FLASH_TESTS_BACKWARD`: the step has a backward pass, run on the gradient
+///    conformance suite with dQ by atomics and in the deterministic mode;
 ///  - `FLASH_TESTS_NO_SPILLS_AT`: the resource report shows no spills at this d,
 ///    or at every d when it is 0; absent: no such test (steps 4 and 5).
 /// What is particular to a step (step 5's spilling build, step 21's second block
@@ -155,5 +157,93 @@ TEST_CASE(FLASH_STEP_LABEL ": the resource report has no spills at " FLASH_TESTS
     CAPTURE(d);
     for (const common::Options& options : precisions) check_no_spills(step(), d, options);
   }
+}
+#endif
+
+#if FLASH_TESTS_BACKWARD
+TEST_CASE(FLASH_STEP_LABEL ": gradient conformance suite, dQ by atomics" FLASH_TESTS_IN_EACH) {
+  for (const common::Options& options : precisions) check_gradient_conformance(step(), 0, options);
+}
+
+TEST_CASE(FLASH_STEP_LABEL ": gradient conformance suite, deterministic dQ" FLASH_TESTS_IN_EACH) {
+  for (common::Options options : precisions) {
+    options.deterministic = true;
+    check_gradient_conformance(step(), 0, options);
+  }
+}
+
+TEST_CASE(FLASH_STEP_LABEL ": gradients, causal with N_q != N_kv across tile boundaries, every d, both modes") {
+  for (common::Options options : precisions) {
+    for (bool deterministic : {false, true}) {
+      options.deterministic = deterministic;
+      for (int64_t d : step().head_dims) {
+        for (auto [n_q, n_kv] : {std::pair<int64_t, int64_t>{65, 200}, {200, 65}, {127, 129}, {1, 300}, {300, 1}}) {
+          CAPTURE(d);
+          CAPTURE(n_q);
+          CAPTURE(n_kv);
+          const common::Shape shape{1, 3, n_q, n_kv, d};
+          check_gradient_problem(step(), common::make_random_problem(shape, true, std::nullopt, run_seed() + n_q),
+                                 options);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE(FLASH_STEP_LABEL ": gradients for B*H = 70000 heads and any scale's sign") {
+  const int64_t d = step().head_dims.front();
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    check_gradient_problem(step(), common::make_random_problem(common::Shape{700, 100, 3, 5, d}, causal, std::nullopt,
+                                                                run_seed()),
+                           precisions.front());
+  }
+  for (float scale : {-1.3f, 0.0f, 2.0f}) {
+    CAPTURE(scale);
+    check_gradient_problem(step(), common::make_random_problem(common::Shape{2, 1, 150, 77, d}, true, scale, run_seed()),
+                           precisions.front());
+  }
+}
+
+TEST_CASE(FLASH_STEP_LABEL ": backward sessions: the deterministic mode gives the same bits every run") {
+  const std::vector<std::pair<common::Shape, bool>> problems = {{common::Shape{2, 3, 777, 555, 128}, false},
+                                                                {common::Shape{2, 2, 333, 517, 128}, true}};
+  for (common::Options options : precisions) {
+    for (const auto& [shape, causal] : problems) {
+      CAPTURE(common::describe(shape));
+      CAPTURE(causal);
+      const common::Problem p = common::make_random_problem(shape, causal, std::nullopt, run_seed());
+      options.deterministic = false;  // atomics: checked, timed, but the order of dQ's sums may differ
+      check_backward_session(step(), p, 3, options, /*bitwise=*/false);
+      options.deterministic = true;
+      check_backward_session(step(), p, 3, options, /*bitwise=*/true);
+    }
+  }
+}
+
+TEST_CASE(FLASH_STEP_LABEL ": the backward kernels' resource report has no spills at any d") {
+  for (const common::Options& options : precisions) {
+    for (int64_t d : step().head_dims) {
+      CAPTURE(d);
+      const common::Problem p = common::make_random_problem(common::Shape{1, 1, 70, 70, d}, false, std::nullopt, 1);
+      const common::Result forward = step().forward(p, options);
+      const common::Gradients g =
+          step().backward(p, {forward.o, forward.lse, common::make_random_upstream(p.shape, 2)}, options);
+      const auto figure = [&](const char* name) {
+        for (const auto& [key, value] : g.extra) {
+          if (key == name) return value;
+        }
+        return -1.0;
+      };
+      CHECK(figure("registers") > 0);
+      CHECK(figure("local_bytes") == 0);
+      CHECK(figure("dq_kernel_local_bytes") == 0);
+      CHECK(figure("blocks_per_sm") >= 1);
+    }
+  }
+}
+
+TEST_CASE(FLASH_STEP_LABEL ": bad backward input gives a clear error") {
+  for (const common::Options& options : precisions) check_backward_bad_input(step(), step().head_dims.front(), options);
 }
 #endif
