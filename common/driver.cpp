@@ -76,12 +76,24 @@ constexpr double kCheckFlopsPerSecond = 5e9;
 /// Largest number of values --trace may print (it prints every tile).
 constexpr int64_t kMaxTraceValues = 16384;
 
+}  // namespace
+
 int64_t count_nonfinite(const Result& r) {
   int64_t n = 0;
   for (float x : r.o) n += std::isfinite(x) ? 0 : 1;
   for (float x : r.lse) n += std::isfinite(x) ? 0 : 1;
   return n;
 }
+
+std::string nonfinite_message(const Result& result) {
+  const int64_t nonfinite = count_nonfinite(result);
+  if (nonfinite == 0) return "";
+  return std::to_string(nonfinite) + " of " + std::to_string(result.o.size() + result.lse.size()) +
+         " outputs are not finite: these inputs overflow float32 inside the step "
+         "(scores scale*q.k or sums of V beyond 3.4e38)";
+}
+
+namespace {
 
 int64_t count_nonfinite(const Gradients& g) {
   int64_t n = 0;
@@ -586,10 +598,8 @@ int run_program(const StepInfo& step, int argc, char** argv) {
       if (config.settings.backward) d_o = make_upstream(config.problem, problem);
       const RunReport report = run_step(step, problem, config.settings, config.settings.backward ? &d_o : nullptr);
       if (report.nonfinite > 0) {
-        std::cerr << step.name << ": " << (config.settings.check ? "error" : "warning") << ": " << report.nonfinite
-                  << " of " << report.result.o.size() + report.result.lse.size()
-                  << " outputs are not finite: these inputs overflow float32 inside the step "
-                     "(scores scale*q.k or sums of V beyond 3.4e38)\n";
+        std::cerr << step.name << ": " << (config.settings.check ? "error" : "warning") << ": "
+                  << nonfinite_message(report.result) << "\n";
       }
       const BackwardReport* backward = report.backward ? &*report.backward : nullptr;
       if (backward && backward->nonfinite > 0) {

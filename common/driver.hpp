@@ -98,6 +98,13 @@ Problem make_problem(const cli::ProblemSpec& spec, const StepInfo& step, int64_t
 /// that is more than this machine's memory, before anything is allocated.
 void require_host_memory(const StepInfo& step, const Shape& shape, bool check, bool backward = false);
 
+/// How many of `result`'s O and L values are NaN or infinite.
+int64_t count_nonfinite(const Result& result);
+
+/// "3 of 80 outputs are not finite: these inputs overflow float32 inside the
+/// step (...)" when some are (what the programs warn of), "" when none is.
+std::string nonfinite_message(const Result& result);
+
 /// Seconds `step` is expected to take on `problem` with `settings` on this
 /// machine's CPU (the runs and the check), or 0 when it does not estimate.
 double estimated_seconds(const StepInfo& step, const Shape& shape, bool causal, const RunSettings& settings);

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <utility>
 
 #include "common/output_file.hpp"
 #include "common/problem.hpp"
@@ -27,49 +27,134 @@ const char kMagic[] = "\x93NUMPY";
   throw InputError(path + ": " + what);
 }
 
-// The value text after 'key': in the header dictionary, up to the next ',' at
-// depth 0 or the closing '}'.
-std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
-  const std::string quoted1 = "'" + key + "'";
-  const std::string quoted2 = "\"" + key + "\"";
-  size_t pos = header.find(quoted1);
-  if (pos == std::string::npos) pos = header.find(quoted2);
-  if (pos == std::string::npos) fail(path, "header has no '" + key + "' entry");
-  pos = header.find(':', pos);
-  if (pos == std::string::npos) fail(path, "malformed header");
-  ++pos;
-  int depth = 0;
-  size_t end = pos;
-  for (; end < header.size(); ++end) {
-    const char c = header[end];
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if (depth == 0 && (c == ',' || c == '}')) break;
+// The header is a Python dict literal, e.g.
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// parsed here as one: str keys, and values that are str, True/False/None,
+// integers or tuples/lists of values. Reading it as a literal (not by searching
+// for "'descr'") keeps a key or a quote inside another value's string from
+// being taken for the entry itself.
+struct Literal {
+  enum class Kind { string, name, integer, sequence } kind = Kind::name;
+  std::string text;            ///< a string's characters, a name (True), an integer's digits
+  std::vector<Literal> items;  ///< a tuple's or list's elements
+  char open = '(';             ///< '(' or '[' for a sequence
+};
+
+// Python's repr of `value`, for messages: '<f8', (2, 3), True.
+std::string repr(const Literal& value) {
+  switch (value.kind) {
+    case Literal::Kind::string: return "'" + value.text + "'";
+    case Literal::Kind::name:
+    case Literal::Kind::integer: return value.text;
+    case Literal::Kind::sequence: break;
   }
-  std::string value = header.substr(pos, end - pos);
-  const auto first = value.find_first_not_of(" \t");
-  const auto last = value.find_last_not_of(" \t");
-  return first == std::string::npos ? "" : value.substr(first, last - first + 1);
+  std::string out(1, value.open);
+  for (size_t i = 0; i < value.items.size(); ++i) out += (i ? ", " : "") + repr(value.items[i]);
+  if (value.open == '(' && value.items.size() == 1) out += ",";
+  return out + (value.open == '(' ? ")" : "]");
 }
 
-std::vector<int64_t> parse_shape(const std::string& text, const std::string& path) {
-  if (text.size() < 2 || text.front() != '(' || text.back() != ')') {
-    fail(path, "malformed shape " + text);
-  }
-  std::vector<int64_t> shape;
-  std::string inner = text.substr(1, text.size() - 2);
-  std::stringstream ss(inner);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const auto first = item.find_first_not_of(' ');
-    if (first == std::string::npos) continue;  // trailing comma of a 1-tuple
-    item = item.substr(first, item.find_last_not_of(' ') - first + 1);
-    if (item.empty() || item.size() > 12 ||
-        !std::all_of(item.begin(), item.end(), [](unsigned char c) { return std::isdigit(c); })) {
-      fail(path, "malformed shape " + text);
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& text, const std::string& path) : text_(text), path_(path) {}
+
+  /// The dictionary: each key once, in the header's order.
+  std::vector<std::pair<std::string, Literal>> dict() {
+    std::vector<std::pair<std::string, Literal>> entries;
+    expect('{');
+    while (peek() != '}') {
+      const Literal key = value();
+      if (key.kind != Literal::Kind::string) malformed("a key that is not a string, " + repr(key));
+      for (const auto& entry : entries) {
+        if (entry.first == key.text) malformed("the key '" + key.text + "' twice");
+      }
+      expect(':');
+      entries.emplace_back(key.text, value());
+      if (peek() != ',') break;
+      ++pos_;  // a trailing comma is allowed, as in Python
     }
-    shape.push_back(std::stoll(item));
+    expect('}');
+    if (peek() != '\0') malformed("text after the closing '}'");
+    return entries;
   }
+
+ private:
+  static constexpr int kMaxDepth = 8;  // a header nests tuples two deep at most
+
+  [[noreturn]] void malformed(const std::string& what) { fail(path_, "malformed header: " + what); }
+
+  // The next character that is not white space ('\0' at the end), not consumed.
+  char peek() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    return pos_ < text_.size() ? text_[pos_] : '\0';
+  }
+
+  void expect(char c) {
+    if (peek() != c) malformed(std::string("expected '") + c + "' at character " + std::to_string(pos_));
+    ++pos_;
+  }
+
+  Literal value(int depth = 0) {
+    if (depth > kMaxDepth) malformed("values nested too deep");
+    const char c = peek();
+    Literal out;
+    if (c == '\'' || c == '"') {
+      out.kind = Literal::Kind::string;
+      ++pos_;
+      for (;; ++pos_) {
+        if (pos_ >= text_.size()) malformed("a string that does not end");
+        if (text_[pos_] == c) break;
+        if (text_[pos_] == '\\' && pos_ + 1 < text_.size()) ++pos_;  // \' or \\: the next character as it is
+        out.text.push_back(text_[pos_]);
+      }
+      ++pos_;
+    } else if (c == '(' || c == '[') {
+      out.kind = Literal::Kind::sequence;
+      out.open = c;
+      const char close = c == '(' ? ')' : ']';
+      ++pos_;
+      while (peek() != close) {
+        out.items.push_back(value(depth + 1));
+        if (peek() != ',') break;
+        ++pos_;
+      }
+      expect(close);
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      out.kind = Literal::Kind::integer;
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) out.text += text_[pos_++];
+      if (pos_ < text_.size() && std::isalpha(static_cast<unsigned char>(text_[pos_]))) malformed("a bad number");
+    } else if (std::isalpha(static_cast<unsigned char>(c))) {
+      while (pos_ < text_.size() && std::isalnum(static_cast<unsigned char>(text_[pos_]))) out.text += text_[pos_++];
+      if (out.text != "True" && out.text != "False" && out.text != "None") malformed("unknown name " + out.text);
+    } else {
+      malformed(c ? std::string("unexpected '") + c + "' at character " + std::to_string(pos_) : "it ends early");
+    }
+    return out;
+  }
+
+  const std::string& text_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+// The value of `key` in the header's entries.
+const Literal& entry(const std::vector<std::pair<std::string, Literal>>& entries, const std::string& key,
+                     const std::string& path) {
+  for (const auto& [name, value] : entries) {
+    if (name == key) return value;
+  }
+  fail(path, "header has no '" + key + "' entry");
+}
+
+// A shape: a tuple of non-negative integers.
+std::vector<int64_t> parse_shape(const Literal& value, const std::string& path) {
+  const bool is_tuple = value.kind == Literal::Kind::sequence && value.open == '(';
+  std::vector<int64_t> shape;
+  for (const Literal& item : value.items) {
+    if (!is_tuple || item.kind != Literal::Kind::integer || item.text.size() > 12) break;
+    shape.push_back(std::stoll(item.text));
+  }
+  if (!is_tuple || shape.size() != value.items.size()) fail(path, "malformed shape " + repr(value));
   return shape;
 }
 
@@ -112,15 +197,19 @@ NpyArray read_npy(const std::string& path) {
   in.read(header.data(), header_len);
   if (!in) fail(path, "truncated header");
 
-  const std::string descr = dict_value(header, "descr", path);
-  if (descr != "'<f4'" && descr != "\"<f4\"") {
-    fail(path, "dtype " + descr + " is not supported; only float32 ('<f4') is");
+  const auto entries = HeaderParser(header, path).dict();
+  const Literal& descr = entry(entries, "descr", path);
+  if (descr.kind != Literal::Kind::string || descr.text != "<f4") {
+    fail(path, "dtype " + repr(descr) + " is not supported; only float32 ('<f4') is");
   }
-  if (dict_value(header, "fortran_order", path) != "False") {
-    fail(path, "Fortran-ordered arrays are not supported; save a C-ordered (contiguous) array");
+  const Literal& fortran_order = entry(entries, "fortran_order", path);
+  if (fortran_order.kind != Literal::Kind::name || fortran_order.text != "False") {
+    fail(path, fortran_order.kind == Literal::Kind::name && fortran_order.text == "True"
+                   ? "Fortran-ordered arrays are not supported; save a C-ordered (contiguous) array"
+                   : "fortran_order must be True or False, got " + repr(fortran_order));
   }
   NpyArray array;
-  array.shape = parse_shape(dict_value(header, "shape", path), path);
+  array.shape = parse_shape(entry(entries, "shape", path), path);
   int64_t count = 1;
   for (int64_t dim : array.shape) {
     if (dim != 0 && count > kMaxTensorElements / dim) fail(path, "array too large (more than 2^31-1 elements)");

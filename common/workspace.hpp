@@ -39,7 +39,16 @@ class WorkspaceCounter {
   static inline std::atomic<int64_t> peak_{0};
 };
 
-/// A std::allocator that reports to WorkspaceCounter.
+/// The alignment of every working buffer: a cache line, and the width of an
+/// AVX-512 vector. Eigen's vectorised loops over a buffer start at its first
+/// aligned element and take the elements before it one at a time, whose exp,
+/// log and sums round differently from the vector path's. With malloc's 16-byte
+/// alignment that split, and so the last bits of O and L, would change from
+/// call to call and thread to thread; with a fixed alignment a step's output is
+/// a function of its inputs.
+inline constexpr std::size_t kWorkspaceAlignment = 64;
+
+/// A std::allocator that reports to WorkspaceCounter and aligns to kWorkspaceAlignment.
 template <class T>
 struct CountingAllocator {
   using value_type = T;  ///< element type
@@ -49,14 +58,14 @@ struct CountingAllocator {
   CountingAllocator(const CountingAllocator<U>&) noexcept {}
   /// Allocates n elements and counts them.
   T* allocate(std::size_t n) {
-    T* p = std::allocator<T>{}.allocate(n);
+    T* p = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kWorkspaceAlignment}));
     WorkspaceCounter::add(static_cast<int64_t>(n * sizeof(T)));
     return p;
   }
   /// Frees n elements and uncounts them.
   void deallocate(T* p, std::size_t n) noexcept {
     WorkspaceCounter::remove(static_cast<int64_t>(n * sizeof(T)));
-    std::allocator<T>{}.deallocate(p, n);
+    ::operator delete(p, std::align_val_t{kWorkspaceAlignment});
   }
   /// All counting allocators are interchangeable.
   template <class U>

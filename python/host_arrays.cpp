@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 
 namespace flash_python {
 
@@ -15,12 +17,82 @@ std::string type_name(py::handle object) {
   return module == "builtins" ? name : module + "." + name;
 }
 
+namespace {
+
+/// "str '0.5'": the type and a short repr of `value`, for a one-line message.
+std::string describe_value(py::handle value) {
+  constexpr size_t kMaxRepr = 40;
+  std::string text = py::repr(value);
+  for (char& c : text) c = (c == '\n' ? ' ' : c);
+  if (text.size() > kMaxRepr) text = text.substr(0, kMaxRepr - 3) + "...";
+  return type_name(value) + " " + text;
+}
+
+bool is_numpy_instance(py::handle value, const char* numpy_type) {
+  return py::isinstance(value, py::module_::import("numpy").attr(numpy_type));
+}
+
+bool is_bool(py::handle value) { return PyBool_Check(value.ptr()) || is_numpy_instance(value, "bool_"); }
+
+bool is_int(py::handle value) {
+  return (PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr())) || is_numpy_instance(value, "integer");
+}
+
+}  // namespace
+
 float scale_or_default(std::optional<double> scale, int64_t head_dim) {
   if (!scale) return common::default_scale(head_dim);
   if (!std::isfinite(*scale) || std::abs(*scale) > std::numeric_limits<float>::max()) {
-    throw common::InputError("scale must be a finite number (got " + std::to_string(*scale) + ")");
+    std::ostringstream got;
+    got << std::setprecision(3) << *scale;  // 1e+300, not 301 digits
+    throw common::InputError("scale must be a finite number within float32's range, |scale| <= 3.4e+38 (got " +
+                             got.str() + ")");
   }
   return static_cast<float>(*scale);
+}
+
+bool causal_arg(py::handle value) {
+  if (!is_bool(value)) throw py::type_error("causal must be True or False; got " + describe_value(value));
+  return value.cast<bool>();
+}
+
+std::optional<double> scale_arg(py::handle value) {
+  if (value.is_none()) return std::nullopt;
+  if (is_bool(value) || !(PyFloat_Check(value.ptr()) || is_int(value) || is_numpy_instance(value, "floating"))) {
+    throw py::type_error("scale must be a number (a float) or None for 1/sqrt(d); got " + describe_value(value));
+  }
+  const double scale = PyFloat_AsDouble(value.ptr());
+  if (scale == -1.0 && PyErr_Occurred()) {  // an int beyond float64: OverflowError
+    PyErr_Clear();
+    return std::numeric_limits<double>::infinity();
+  }
+  return scale;
+}
+
+int64_t sram_floats_arg(py::handle value) {
+  constexpr int64_t kMaxSramFloats = int64_t{1} << 30;  // the programs' limit for --sram-floats
+  if (!is_int(value)) {
+    throw py::type_error("sram_floats must be an int (0: the step's default); got " + describe_value(value));
+  }
+  const std::string text = py::str(value);
+  int overflow = 0;
+  const long long m = PyLong_AsLongLongAndOverflow(py::int_(py::reinterpret_borrow<py::object>(value)).ptr(),
+                                                   &overflow);
+  if (overflow || m < 0 || m > kMaxSramFloats) {
+    throw common::InputError("sram_floats needs an integer in [1, " + std::to_string(kMaxSramFloats) +
+                             "] (0: the step's default), got " +
+                             (text.size() > 20 ? "an int of " + std::to_string(text.size()) + " digits" : text));
+  }
+  return m;
+}
+
+std::optional<std::string> dtype_arg(py::handle value) {
+  if (value.is_none()) return std::nullopt;
+  if (!PyUnicode_Check(value.ptr())) {
+    throw py::type_error("dtype must be 'fp32', 'bf16', 'fp16' or None (the step's own); got " +
+                         describe_value(value));
+  }
+  return value.cast<std::string>();
 }
 
 std::vector<int64_t> dims_of(const py::array& array) {
@@ -41,24 +113,45 @@ py::array float32_array(py::handle object, const std::string& name) {
 
 namespace {
 
-// A float32 array's elements in C order: one copy, whatever its strides.
+// A float32 array's elements in C order: one copy, whatever its strides,
+// written straight into the vector (a NumPy copy first would cost the input's
+// size twice). A failed allocation is std::bad_alloc: a MemoryError in Python.
 std::vector<float> copy_elements(const py::array& array) {
-  const auto c_order = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(array);
-  std::vector<float> data(size_t(c_order.size()));
-  if (!data.empty()) std::memcpy(data.data(), c_order.data(), data.size() * sizeof(float));
+  std::vector<float> data(size_t(array.size()));
+  if (data.empty()) return data;
+  const char* base = static_cast<const char*>(array.data());
+  if (array.flags() & py::array::c_style) {
+    std::memcpy(data.data(), base, data.size() * sizeof(float));
+    return data;
+  }
+  // Any number of dimensions: an odometer over the indices, innermost fastest.
+  const py::ssize_t ndim = array.ndim();
+  std::vector<py::ssize_t> index(size_t(ndim), 0);
+  const char* at = base;
+  for (float& x : data) {
+    std::memcpy(&x, at, sizeof(float));
+    for (py::ssize_t axis = ndim - 1; axis >= 0; --axis) {
+      at += array.strides(axis);
+      if (++index[size_t(axis)] < array.shape(axis)) break;
+      at -= array.strides(axis) * array.shape(axis);
+      index[size_t(axis)] = 0;
+    }
+  }
   return data;
 }
 
 }  // namespace
 
 common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bool causal,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale,
+                                    const std::function<void(const common::Shape&)>& before_copy) {
   const py::array qa = float32_array(q, "q"), ka = float32_array(k, "k"), va = float32_array(v, "v");
   common::Problem problem;
   problem.shape = common::shape_of(dims_of(qa), dims_of(ka), dims_of(va));  // before anything is copied
   const common::Shape& s = problem.shape;
   problem.causal = causal;
   problem.scale = scale_or_default(scale, s.head_dim);
+  if (before_copy) before_copy(s);
   problem.q = copy_elements(qa);
   problem.k = copy_elements(ka);
   problem.v = copy_elements(va);

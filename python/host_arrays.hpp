@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,25 @@ std::string type_name(py::handle object);
 /// is not a finite float32 number.
 float scale_or_default(std::optional<double> scale, int64_t head_dim);
 
+// The keyword arguments, as Python gave them. pybind11's own conversion would
+// answer a wrong type with its multi-line "incompatible function arguments";
+// these answer with one line naming the argument and what it takes.
+
+/// `causal`: True or False (Python's or NumPy's bool); TypeError otherwise.
+bool causal_arg(py::handle value);
+
+/// `scale`: None or a real number (int, float, a NumPy number), not a bool;
+/// TypeError otherwise. A number beyond float64 (a huge int) becomes infinity,
+/// which scale_or_default refuses.
+std::optional<double> scale_arg(py::handle value);
+
+/// `sram_floats`: an int in [0, 2^30] (0: the step's default), the programs'
+/// range for --sram-floats; TypeError for another type, InputError out of range.
+int64_t sram_floats_arg(py::handle value);
+
+/// `dtype`: None or a str ('fp32', 'bf16', 'fp16'); TypeError otherwise.
+std::optional<std::string> dtype_arg(py::handle value);
+
 /// The dimensions of `array` as common::shape_of reads them.
 std::vector<int64_t> dims_of(const py::array& array);
 
@@ -60,10 +80,13 @@ std::vector<int64_t> dims_of(const py::array& array);
 py::array float32_array(py::handle object, const std::string& name);
 
 /// The Problem of q, k, v (float32 NumPy arrays [B, H, N, d]): sizes checked
-/// (common::shape_of) before anything is copied, then the copies checked for
-/// NaN and infinity. The messages name the arguments: "q", "k", "v".
+/// (common::shape_of), then `before_copy(shape)` (a memory check) before
+/// anything is copied, then the copies checked for NaN and infinity. The
+/// messages name the arguments: "q", "k", "v". An array of any strides is
+/// copied once, straight into the Problem (no contiguous copy by NumPy first).
 common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bool causal,
-                                    std::optional<double> scale);
+                                    std::optional<double> scale,
+                                    const std::function<void(const common::Shape&)>& before_copy = {});
 
 /// O and L of `shape` given as float32 NumPy arrays, as a common::Result, for
 /// the tolerance rule (check_result).

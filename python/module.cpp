@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/driver.hpp"
 #include "common/reference.hpp"
 #include "common/step.hpp"
 #include "host_arrays.hpp"
@@ -42,28 +43,38 @@ namespace {
 /// `dtype` is the precision to compute in, as the programs' --dtype spells it
 /// (None: the step's own); float32 in and out whatever it is: a bf16/fp16 step
 /// rounds Q, K and V once on upload and O comes back widened.
-py::tuple forward_arrays(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, bool causal,
-                         std::optional<double> scale, int64_t sram_floats, std::optional<std::string> dtype) {
-  if (sram_floats < 0) {
-    throw common::InputError("sram_floats must be >= 0 (0 = the step's default), got " + std::to_string(sram_floats));
-  }
+py::tuple forward_arrays(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle causal,
+                         py::handle scale, py::handle sram_floats, py::handle dtype) {
   common::Options options;
-  options.sram_floats = sram_floats;
-  options.precision = dtype ? common::parse_precision(*dtype) : step.precisions.front();
+  options.sram_floats = sram_floats_arg(sram_floats);
+  const std::optional<std::string> precision = dtype_arg(dtype);
+  options.precision = precision ? common::parse_precision(*precision) : step.precisions.front();
   common::require_precision(step, options.precision);  // before anything is copied
-  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
+  // The programs' memory check, before the inputs are copied: S of step 1 at
+  // N = 2^18 is 256 GiB, refused here rather than tried.
+  const auto fits = [&step](const common::Shape& shape) { common::require_host_memory(step, shape, false); };
+  const common::Problem problem = problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), fits);
   common::Result result;
   {
     py::gil_scoped_release release;  // minutes for the simulator of step 3: other threads may run
     result = step.forward(problem, options);
   }
+  // Finite inputs can overflow float32 inside a step (scale*q.k beyond 3.4e38):
+  // the programs warn, and so does this, with their words, as a RuntimeWarning.
+  if (const std::string overflow = common::nonfinite_message(result); !overflow.empty()) {
+    const std::string text = step.name + ": " + overflow;
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) != 0) throw py::error_already_set();  // -W error
+  }
   return py::make_tuple(to_array(std::move(result.o), o_dims(problem.shape)),
                         to_array(std::move(result.lse), lse_dims(problem.shape)));
 }
 
+/// The memory check of the fp64 reference and the check, as the programs' --check.
+void require_check_memory(const common::Shape& shape) { common::require_host_memory({}, shape, true); }
+
 /// O and L of fp64 standard attention on NumPy arrays: (o, lse) as float64 arrays.
-py::tuple reference(py::handle q, py::handle k, py::handle v, bool causal, std::optional<double> scale) {
-  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
+py::tuple reference(py::handle q, py::handle k, py::handle v, py::handle causal, py::handle scale) {
+  const common::Problem problem = problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_check_memory);
   common::Reference ref;
   {
     py::gil_scoped_release release;
@@ -74,9 +85,9 @@ py::tuple reference(py::handle q, py::handle k, py::handle v, bool causal, std::
 }
 
 /// The tolerance rule's verdict on (o, lse) for these inputs.
-common::Verdict check(py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse, bool causal,
-                      std::optional<double> scale) {
-  const common::Problem problem = problem_from_arrays(q, k, v, causal, scale);
+common::Verdict check(py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse, py::handle causal,
+                      py::handle scale) {
+  const common::Problem problem = problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_check_memory);
   const common::Result result = result_from_arrays(o, lse, problem.shape);
   py::gil_scoped_release release;
   return common::check_result(problem, result);
@@ -223,7 +234,14 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("stream") = py::none(),
       "the Shape of CUDA tensors q, k, v, checked as launch() checks them (before outputs are allocated)");
-  step.def("launch", &flash_python::launch, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+  step.def("launch",
+           [](const common::StepInfo& s, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
+              py::handle workspace, py::handle causal, py::handle scale, std::optional<int64_t> stream,
+              bool check_finite) {
+             flash_python::launch(s, q, k, v, o, lse, workspace, flash_python::causal_arg(causal),
+                                  flash_python::scale_arg(scale), stream, check_finite);
+           },
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
            py::arg("lse"), py::arg("workspace") = py::none(), py::kw_only(), py::arg("causal") = false,
            py::arg("scale") = py::none(), py::arg("stream") = py::none(), py::arg("check_finite") = false,
            "Enqueues the step's kernel on CUDA tensors lent through DLPack (no copy): reads q, k, v\n"

@@ -44,6 +44,11 @@ common::Result attention_forward(const common::Problem& problem, const common::O
   common::Workspace<float> s_storage(static_cast<size_t>(n_q * n_kv));
   common::Workspace<float> m_storage(static_cast<size_t>(n_q));  // m: (N_q)
   common::Workspace<float> l_storage(static_cast<size_t>(n_q));  // l: (N_q)
+  // O and L of one head are computed here, in aligned working memory, then copied
+  // out: Eigen splits a vectorised loop by where the destination's memory starts,
+  // and the elements of the split round differently (common/workspace.hpp).
+  common::Workspace<float> o_storage(static_cast<size_t>(n_q * d));  // O: (N_q, d)
+  common::Workspace<float> lse_storage(static_cast<size_t>(n_q));    // L: (N_q)
   MatrixMap S(s_storage.data(), n_q, n_kv);
   VectorMap m(m_storage.data(), n_q), l(l_storage.data(), n_q);
 
@@ -51,8 +56,8 @@ common::Result attention_forward(const common::Problem& problem, const common::O
     ConstMatrixMap Q(problem.q.data() + bh * n_q * d, n_q, d);   // Q: (N_q, d)
     ConstMatrixMap K(problem.k.data() + bh * n_kv * d, n_kv, d); // K: (N_kv, d)
     ConstMatrixMap V(problem.v.data() + bh * n_kv * d, n_kv, d); // V: (N_kv, d)
-    MatrixMap O(result.o.data() + bh * n_q * d, n_q, d);         // O: (N_q, d)
-    VectorMap L(result.lse.data() + bh * n_q, n_q);              // L: (N_q)
+    MatrixMap O(o_storage.data(), n_q, d);                       // O: (N_q, d)
+    VectorMap L(lse_storage.data(), n_q);                        // L: (N_q)
 
     //! [standard attention]
     // S = scale · Q Kᵀ: one matrix product, the whole N_q × N_kv matrix at once.
@@ -71,6 +76,8 @@ common::Result attention_forward(const common::Problem& problem, const common::O
     O = l.cwiseInverse().asDiagonal() * O;  // normalise each row by its l
     L = m.array() + l.array().log();        // L = m + log(l)
     //! [standard attention]
+    MatrixMap(result.o.data() + bh * n_q * d, n_q, d) = O;
+    VectorMap(result.lse.data() + bh * n_q, n_q) = L;
 
     if (options.trace) {
       std::ostream& out = *options.trace;

@@ -20,6 +20,8 @@ TEST_CASE("step01: peak working memory is the N_q x N_kv score matrix") {
   common::RunSettings settings;
   settings.repeat = 0;
   const common::RunReport report = common::run_step(step01::describe(), p, settings);
-  // S plus the two row vectors m and l, for one head at a time.
-  CHECK(report.result.peak_bytes == (300 * 200 + 2 * 300) * 4);
+  // S plus the two row vectors m and l, and the head's O and L computed in aligned
+  // working memory before they are copied out (so that every call rounds alike), for
+  // one head at a time.
+  CHECK(report.result.peak_bytes == (300 * 200 + 2 * 300 + 300 * 16 + 300) * 4);
 }

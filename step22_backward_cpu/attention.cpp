@@ -189,7 +189,7 @@ common::Result attention_forward(const common::Problem& problem, const common::O
     //! [logsumexp]
     // The log-sum-exp of each score row, kept for the backward pass: L = m + log(l).
     VectorMap L(result.lse.data() + bh * n_q, n_q);
-    L = m.array() + l.array().log();
+    L = (m.array() + l.array().log()).eval();  // into an aligned temporary first: see common/workspace.hpp
     traffic.hbm_read_bytes += 2 * n_q * kFloat;
     traffic.hbm_write_bytes += n_q * kFloat;
     //! [logsumexp]

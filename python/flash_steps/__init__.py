@@ -256,6 +256,10 @@ def step(key):
     """A step by name ('step06_fa2'), short name ('step06') or number (6)."""
     if isinstance(key, Step):
         return key
+    if isinstance(key, bool) or not isinstance(key, (str, int, _np.integer)):
+        # True == 1 in Python: without this, step(True) would be step01.
+        raise TypeError(f"a step is named by a str ('step06_fa2', 'step06') or an int (6); "
+                        f"got {type(key).__name__} {key!r}")
     for s in _STEPS:
         if key in (s.name, s.short_name) or key == int(s.name[4:6]):
             return s

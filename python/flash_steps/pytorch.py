@@ -25,13 +25,29 @@ current stream. Forward only: no backward is registered. Unlike
 as with SDPA.
 """
 
+import re
 from typing import Optional
 
 import torch
 
 import flash_steps
 
-__all__ = ["OPS", "DEFAULT_STEP", "attention", "scaled_dot_product_attention", "op"]
+__all__ = ["OPS", "DEFAULT_STEP", "MIN_TORCH", "attention", "scaled_dot_product_attention", "op"]
+
+#: The oldest PyTorch this layer runs on: 2.4 brought ``torch.library.custom_op`` and ``register_fake``.
+MIN_TORCH = (2, 4)
+
+
+def _require_torch(version):
+    """ImportError unless ``version`` (torch.__version__, e.g. '2.4.1+cu121') is MIN_TORCH or newer."""
+    found = re.match(r"(\d+)\.(\d+)", str(version))
+    if found is None or tuple(int(part) for part in found.groups()) < MIN_TORCH:
+        wanted = ".".join(map(str, MIN_TORCH))
+        raise ImportError(f"flash_steps.pytorch needs PyTorch >= {wanted} (torch.library.custom_op); "
+                          f"this is torch {version}")
+
+
+_require_torch(getattr(torch, "__version__", "unknown"))
 
 
 def _register(step):

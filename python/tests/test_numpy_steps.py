@@ -32,7 +32,8 @@ def case_id(case):
 
 
 def test_the_build_has_cpu_steps():
-    assert [s.short_name for s in CPU_STEPS] == ["step01", "step02", "step03"][: len(CPU_STEPS)]
+    # Steps 1-3 and the CPU backward step (22), in ladder order.
+    assert [s.short_name for s in CPU_STEPS] == ["step01", "step02", "step03", "step22"][: len(CPU_STEPS)]
     assert CPU_STEPS, "steps 1-3 are always built"
 
 
@@ -186,3 +187,27 @@ def test_the_module_shares_the_interpreters_cpp_runtime():
     needed = needed_libraries(native.__file__)
     assert any(name.startswith("libstdc++.so") for name in needed), (
         f"{native.__file__} needs {needed}: libstdc++ linked statically")
+
+
+@pytest.mark.parametrize("step", CPU_STEPS, ids=lambda s: s.name)
+def test_a_steps_output_is_a_function_of_its_inputs(step, rng):
+    # The same inputs give the same bits: on repeated calls, with the heap in another
+    # state each time (buffers of odd sizes kept alive in between), and from another
+    # thread, whose allocations come from another malloc arena. Sizes that are not
+    # multiples of a vector's width, so that where a vectorised loop starts matters.
+    import threading
+
+    q, k, v = random_qkv(rng, 2, 2, 37, 45, 40)
+    expected_o, expected_lse = step.attention_forward(q, k, v, causal=True, scale=0.3)
+    kept = []
+    for size in range(1, 12):
+        kept.append(np.empty(size * 37 + 3, np.uint8))  # moves the next allocations
+        o, lse = step.attention_forward(q, k, v, causal=True, scale=0.3)
+        kept.append((o, lse))
+        assert o.tobytes() == expected_o.tobytes() and lse.tobytes() == expected_lse.tobytes(), f"call {size}"
+    answers = []
+    worker = threading.Thread(target=lambda: answers.append(step.attention_forward(q, k, v, causal=True, scale=0.3)))
+    worker.start()
+    worker.join()
+    o, lse = answers[0]
+    assert o.tobytes() == expected_o.tobytes() and lse.tobytes() == expected_lse.tobytes(), "a worker thread"

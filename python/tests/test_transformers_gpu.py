@@ -13,10 +13,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import llama_on_a_step  # noqa: E402
 
 
-# The comparison runs the model in float32 (its tolerance is float32's): the steps that take
-# float32 tensors. The bf16/fp16 steps are judged against SDPA in test_torch_gpu.py.
-@pytest.mark.parametrize("step", [s for s in flash_steps.gpu_steps() if "float32" in s.dtypes], ids=lambda s: s.name)
+import torch  # noqa: E402
+
+# The steps whose machine code runs on this GPU (the Hopper steps need compute capability 9.0).
+_CC = 10 * torch.cuda.get_device_capability()[0] + torch.cuda.get_device_capability()[1]
+RUNNABLE = [s for s in flash_steps.gpu_steps() if s.compute_capability in (0, _CC)]
+
+
+# The model runs in the step's own dtype, judged by the tolerance of that dtype: float32
+# for steps 4-8, bfloat16 for the steps from 9 on.
+@pytest.mark.parametrize("step", RUNNABLE, ids=lambda s: s.name)
 def test_a_llama_on_the_step_gives_sdpas_logits(step):
-    r = llama_on_a_step.compare(step.name, layers=2, seq=256, batch=2, repeat=3)
+    dtype = step.dtypes[0]
+    r = llama_on_a_step.compare(step.name, layers=2, seq=256, batch=2, repeat=3, dtype=dtype)
     assert r["passed"], (f"{step.name}: max logit error {r['err_step']:.3g} vs float64 exceeds "
-                         f"2 x SDPA float32's {r['err_sdpa']:.3g} + 1e-6")
+                         f"2 x SDPA {dtype}'s {r['err_sdpa']:.3g} + 1e-6")
+
+
+def test_a_dtype_the_step_does_not_take_is_refused():
+    fp32 = [s for s in flash_steps.gpu_steps() if "float32" in s.dtypes]
+    if fp32:
+        with pytest.raises(ValueError, match=f"^{fp32[0].name} computes in float32, not bfloat16"):
+            llama_on_a_step.compare(fp32[0].name, dtype="bfloat16")

@@ -18,7 +18,8 @@
 #    tensors), opcheck and the fake op, torch.compile(fullgraph=True), a transformers
 #    Llama on every GPU step against SDPA;
 # 3. runs the two scripts a reader runs: python/examples/llama_on_a_step.py (logits
-#    difference and time per forward, SDPA and step08) and compile_one_step.py.
+#    difference and time per forward, SDPA and step08 in float32, SDPA and step21 in
+#    bfloat16) and compile_one_step.py.
 # Writes OUTDIR/*.log, OUTDIR/junit_*.xml, OUTDIR/llama.csv and OUTDIR/results.csv
 # (check, status, tests passed/failed/skipped, seconds), and prints a summary. About
 # 3 minutes on an H100 (most of it the CUDA build); exits 1 on the first failure.
@@ -108,6 +109,11 @@ start=$SECONDS
   fail "llama_on_a_step.py" "$out/llama.log"
 cat "$out/llama.log"
 echo "example_llama,ok,,,,$((SECONDS - start))" >>"$results"
+start=$SECONDS
+"$python" python/examples/llama_on_a_step.py --step step21 --dtype bfloat16 --csv "$out/llama.csv" \
+  >"$out/llama_bf16.log" 2>&1 || fail "llama_on_a_step.py --dtype bfloat16" "$out/llama_bf16.log"
+cat "$out/llama_bf16.log"
+echo "example_llama_bf16,ok,,,,$((SECONDS - start))" >>"$results"
 
 echo "== python/examples/compile_one_step.py"
 start=$SECONDS

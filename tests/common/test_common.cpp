@@ -223,18 +223,20 @@ void write_raw(const std::filesystem::path& path, const std::string& header, siz
   out << h << std::string(payload_bytes, '\0');
 }
 
+// read_npy's error message for `path`, or "accepted".
+std::string message(const std::filesystem::path& path) {
+  try {
+    read_npy(path.string());
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("accepted");
+}
+
 }  // namespace
 
 TEST_CASE("npy: malformed files are rejected with a clear error") {
   const auto dir = temp_dir("malformed");
-  auto message = [](const std::filesystem::path& p) {
-    try {
-      read_npy(p.string());
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   write_raw(dir / "f8.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 16);
   CHECK(message(dir / "f8.npy").find("only float32") != std::string::npos);
   write_raw(dir / "fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16);
@@ -244,11 +246,53 @@ TEST_CASE("npy: malformed files are rejected with a clear error") {
   write_raw(dir / "long.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", 8);
   CHECK(message(dir / "long.npy").find("needs 4 bytes") != std::string::npos);
   write_raw(dir / "shape.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", 8);
-  CHECK(message(dir / "shape.npy").find("malformed shape") != std::string::npos);
+  CHECK(message(dir / "shape.npy").find("malformed header: unknown name x") != std::string::npos);
   std::ofstream(dir / "text.npy") << "hello";
   CHECK(message(dir / "text.npy").find("not a .npy file") != std::string::npos);
   CHECK(message(dir / "missing.npy").find("cannot open") != std::string::npos);
   CHECK(message(dir).find("not a regular file") != std::string::npos);
+}
+
+TEST_CASE("npy: the header is read as the Python dict literal it is") {
+  const auto dir = temp_dir("header");
+  // A key named inside another key's string is not that key: the dtype is '<f8'.
+  write_raw(dir / "note.npy",
+            "{'note': \"'descr': '<f4'\", 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 16);
+  CHECK(message(dir / "note.npy") == (dir / "note.npy").string() + ": dtype '<f8' is not supported; only float32 ('<f4') is");
+  // ... and the other way round: a float32 array whose extra key mentions another dtype loads.
+  write_raw(dir / "f4.npy", "{\"descr\": \"<f4\", 'note': 'descr: <f8, shape: (9,)', 'fortran_order': False, "
+            "'shape': (1, 2)}", 8);
+  const NpyArray a = read_npy((dir / "f4.npy").string());
+  CHECK(a.shape == std::vector<int64_t>{1, 2});
+  // Quotes, commas and parentheses inside strings; escaped quotes.
+  write_raw(dir / "quotes.npy", "{'a,b': '(1, 2)', 'it\\'s': \"}\", 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
+            12);
+  CHECK(read_npy((dir / "quotes.npy").string()).shape == std::vector<int64_t>{3});
+  // The empty shape is a 0-d array of one element.
+  write_raw(dir / "scalar.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4);
+  CHECK(read_npy((dir / "scalar.npy").string()).shape.empty());
+  // A structured dtype (a list) is a dtype, not a malformed header.
+  write_raw(dir / "record.npy", "{'descr': [('x', '<f4')], 'fortran_order': False, 'shape': (1,), }", 4);
+  CHECK(message(dir / "record.npy").find("dtype [('x', '<f4')] is not supported") != std::string::npos);
+  // What is not a dict of str keys is refused, naming the problem.
+  write_raw(dir / "dup.npy", "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", 4);
+  CHECK(message(dir / "dup.npy").find("malformed header: the key 'descr' twice") != std::string::npos);
+  write_raw(dir / "open.npy", "{'descr': '<f4, 'fortran_order': False, 'shape': (1,)}", 4);
+  CHECK(message(dir / "open.npy").find("malformed header") != std::string::npos);
+  write_raw(dir / "unclosed.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,)", 4);
+  CHECK(message(dir / "unclosed.npy").find("malformed header") != std::string::npos);
+  write_raw(dir / "name.npy", "{'descr': '<f4', 'fortran_order': Nope, 'shape': (1,)}", 4);
+  CHECK(message(dir / "name.npy").find("malformed header: unknown name Nope") != std::string::npos);
+  write_raw(dir / "order.npy", "{'descr': '<f4', 'fortran_order': 'False', 'shape': (1,)}", 4);
+  CHECK(message(dir / "order.npy").find("fortran_order must be True or False, got 'False'") != std::string::npos);
+  write_raw(dir / "key.npy", "{1: '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", 4);
+  CHECK(message(dir / "key.npy").find("malformed header: a key that is not a string, 1") != std::string::npos);
+  write_raw(dir / "list.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': [1]}", 4);
+  CHECK(message(dir / "list.npy").find("malformed shape [1]") != std::string::npos);
+  write_raw(dir / "noshape.npy", "{'descr': '<f4', 'fortran_order': False}", 4);
+  CHECK(message(dir / "noshape.npy").find("header has no 'shape' entry") != std::string::npos);
+  write_raw(dir / "deep.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': ((((((((((1,),),),),),),),),),)}", 4);
+  CHECK(message(dir / "deep.npy").find("nested too deep") != std::string::npos);
 }
 
 TEST_CASE("npy: a tiny file whose header claims a huge array is refused before anything is allocated") {
