@@ -39,12 +39,9 @@ constexpr int kGrid = 16;              // threads along each side of that grid
 constexpr int kWarpSize = 32;
 constexpr int kPad = 4;  // ld = d + 4: the float4s 8 lanes read from 8 rows start in different banks
 
-/// Blocks per SM the kernels are compiled for: two at d <= 64, where a thread's
-/// accumulators (2 · 4 · d/16 of dK_j, dV_j) leave room under 128 registers and two
-/// blocks' tiles fit in shared memory, so one block's loads and barriers hide under
-/// the other's products; one above.
-template <int d>
-constexpr int kBlocksPerSm = d <= 64 ? 2 : 1;
+/// Blocks per SM the kernels are compiled for: one. Two at d <= 64 would cap a thread at
+/// 128 registers, and there the compiler spills (8 bytes at d = 32, 24 at d = 64).
+constexpr int kBlocksPerSm = 1;
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;
 
 //! [tiles]
@@ -207,7 +204,7 @@ __device__ void load_row_stats(float* Li, float* Di, const float* L, const float
 /// registers over the query tiles, dQ_i's terms added into dQ (unless `with_dq` is false).
 //! [kernel]
 template <int d>
-__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
+__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
     backward_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
                     const float* __restrict__ dO_all, const float* __restrict__ L_all,
                     const float* __restrict__ D_all, float* __restrict__ dQ_all, float* __restrict__ dK_all,
@@ -296,7 +293,7 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
 /// dS_ij K_j over its K/V tiles in order, S_ij and dP_ij recomputed.
 //! [dq kernel]
 template <int d>
-__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
+__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
     dq_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
               const float* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
               float* __restrict__ dQ_all, int n_q, int n_kv, int batch_heads, float scale, bool causal) {

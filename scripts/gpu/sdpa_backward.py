@@ -4,11 +4,13 @@
 Usage: scripts/gpu/sdpa_backward.py CSV [--seq 1024,4096] [--head-dims 64,128]
 
 B = 4, H = 16, N_q = N_kv in --seq, d in --head-dims, causal off and on, float32 tensors
-(TF32 off), the shapes and the timing of `gpu_bench --sections backward`: every figure by
+(TF32 off), the shapes and the timing of `gpu_bench --sections backward`: the forward by
 check_pytorch.py's time_sustained() (back_to_back: K calls between two CUDA events after
 ~0.75 s of warm-up; cuda_graph: the same K calls captured into a CUDA graph and replayed;
 median of 5). The backward alone is torch.autograd.grad of one forward's output, kept
-with retain_graph, for a random dO. Appends rows to CSV in gpu_bench's columns (kernel
+with retain_graph, for a random dO, timed back_to_back only, the same way: autograd's
+backward of a graph built outside a capture cannot be captured (the attempt fails and
+leaves the CUDA context unusable), so the backward has no cuda_graph row. Appends rows to CSV in gpu_bench's columns (kernel
 "sdpa_efficient:forward" and "sdpa_efficient:backward"; backward FLOPs = 2.5 x forward's),
 so that scripts/docs/render-pages sets them beside the step's rows of the same GPU run.
 A call that cannot be captured is recorded without a cuda_graph row, never timed another way.
@@ -16,15 +18,29 @@ A call that cannot be captured is recorded without a cuda_graph row, never timed
 import argparse
 import csv
 import datetime
+import math
 import os
 import sys
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_pytorch import REPETITIONS, CaptureError, time_sustained  # noqa: E402  (one timing function)
+from check_pytorch import (MAX_CALLS, MAX_WARMUP_CALLS, MIN_CALLS, REPETITION_MS, REPETITIONS,  # noqa: E402
+                           WARMUP_MS, CaptureError, events_ms, time_sustained)
+
+
+def time_back_to_back(call):
+    """time_sustained()'s back_to_back figure alone, computed the same way: (K, {"back_to_back": ms per call})."""
+    first = events_ms(call)
+    warmup = min(MAX_WARMUP_CALLS, max(1, math.ceil(WARMUP_MS / max(first, 1e-4))))
+    per_call = events_ms(lambda: [call() for _ in range(warmup)]) / warmup
+    k = min(MAX_CALLS, max(MIN_CALLS, math.ceil(REPETITION_MS / max(per_call, 1e-4))))
+    return k, {"back_to_back": float(np.median([events_ms(lambda: [call() for _ in range(k)]) / k
+                                                for _ in range(REPETITIONS)]))}
 
 COLUMNS = ["gpu", "date", "section", "method", "kernel", "dtype", "batch", "heads", "seq_q", "seq_kv", "head_dim",
            "causal", "calls", "reps", "median_ms", "tflops", "speedup_vs_cublas", "max_abs_diff_vs_cublas", "threads",
@@ -58,7 +74,7 @@ def main():
                         torch.autograd.grad(out, (q, k, v), d_o, retain_graph=True)
                     for what, call, f in (("forward", lambda: forward(), flops), ("backward", backward, 2.5 * flops)):
                         try:
-                            calls, ms = time_sustained(call)
+                            calls, ms = time_sustained(call) if what == "forward" else time_back_to_back(call)
                         except CaptureError as e:
                             print(f"sdpa_backward: {what} N={n} d={d} causal={causal}: not capturable ({e})",
                                   file=sys.stderr)
