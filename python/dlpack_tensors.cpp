@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <dlpack/dlpack.h>
 
+#include <initializer_list>
 #include <utility>
 
 #include "common/cuda/cuda_check.cuh"
@@ -234,6 +235,29 @@ void require_disjoint(const Borrowed& a, const Borrowed& b) {
 
 std::vector<int64_t> to_dims(const std::vector<py::ssize_t>& dims) { return {dims.begin(), dims.end()}; }
 
+/// The workspace a launch needs, `needed` bytes (`what` names the method that
+/// tells its size), borrowed and checked: on `device`, dense, large enough and
+/// sharing no memory with `others`. Empty when `needed` is 0 (then `workspace`
+/// is ignored).
+std::optional<Borrowed> borrow_workspace(py::handle workspace, int64_t needed, const char* what, int device,
+                                         int64_t dl_stream, std::initializer_list<const Borrowed*> others,
+                                         const common::StepInfo& step) {
+  std::optional<Borrowed> scratch;
+  if (needed <= 0) return scratch;
+  if (workspace.is_none()) {
+    throw common::InputError(step.name + " needs a workspace of " + std::to_string(needed) + " bytes on the GPU (" +
+                             what + ")");
+  }
+  scratch.emplace(workspace, "workspace", dl_stream);
+  if (scratch->bytes() < needed || scratch->device() != device) {
+    throw common::InputError("workspace must hold at least " + std::to_string(needed) + " bytes on cuda:" +
+                             std::to_string(device) + " (it holds " + std::to_string(scratch->bytes()) + ")");
+  }
+  scratch->require_dense();
+  for (const Borrowed* t : others) require_disjoint(*scratch, *t);
+  return scratch;
+}
+
 }  // namespace
 
 int64_t dlpack_stream(std::optional<int64_t> stream) {
@@ -288,26 +312,71 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
   args.stream = reinterpret_cast<void*>(static_cast<intptr_t>(dl_stream));  // 1 = cudaStreamLegacy
 
   const int64_t needed = step.gpu->workspace_bytes ? step.gpu->workspace_bytes(shape) : 0;
-  std::optional<Borrowed> scratch;
-  if (needed > 0) {
-    if (workspace.is_none()) {
-      throw common::InputError(step.name + " needs a workspace of " + std::to_string(needed) +
-                               " bytes on the GPU (Step.workspace_bytes)");
-    }
-    scratch.emplace(workspace, "workspace", dl_stream);
-    if (scratch->bytes() < needed || scratch->device() != in.q.device()) {
-      throw common::InputError("workspace must hold at least " + std::to_string(needed) + " bytes on cuda:" +
-                               std::to_string(in.q.device()) + " (it holds " + std::to_string(scratch->bytes()) +
-                               ")");
-    }
-    scratch->require_dense();
-    for (const Borrowed* t : {&in.q, &in.k, &in.v, &out_o, &out_lse}) require_disjoint(*scratch, *t);
-    args.workspace = scratch->data();
-  }
+  const std::optional<Borrowed> scratch = borrow_workspace(workspace, needed, "Step.workspace_bytes", in.q.device(),
+                                                           dl_stream, {&in.q, &in.k, &in.v, &out_o, &out_lse}, step);
+  if (scratch) args.workspace = scratch->data();
 
   if (check_finite) common::cuda::require_finite_inputs(args);
   py::gil_scoped_release release;  // the launch only enqueues; other Python threads may run
   step.gpu->launch(args);
+}
+
+void launch_backward(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
+                     py::handle lse, py::handle d_o, py::handle dq, py::handle dk, py::handle dv,
+                     py::handle workspace, bool causal, std::optional<double> scale, bool deterministic,
+                     std::optional<int64_t> stream) {
+  const int64_t dl_stream = dlpack_stream(stream);
+  const Inputs in = borrow_inputs(step, q, k, v, dl_stream);
+  if (!step.gpu->launch_backward) throw common::InputError(step.name + " has no backward pass");
+  const common::Shape& shape = in.shape;
+  const int device = in.q.device();
+  const DeviceGuard guard(device);
+  const std::vector<int64_t> q_dims = to_dims(o_dims(shape)), kv = to_dims(kv_dims(shape));
+  const DLDataType fp32 = dl_dtype(common::Precision::fp32);
+  // The forward's O and L and the upstream dO: read, like Q, K and V.
+  const Borrowed in_o(o, "o", dl_stream), in_lse(lse, "lse", dl_stream), in_d_o(d_o, "d_o", dl_stream);
+  require_output(in_o, q_dims, device, in.q.dtype(), "O has the inputs' dtype");
+  require_output(in_lse, to_dims(lse_dims(shape)), device, fp32, "L is fp32 in every precision");
+  require_output(in_d_o, q_dims, device, in.q.dtype(), "dO has the inputs' dtype");
+  // dQ, dK, dV: written.
+  const Borrowed out_dq(dq, "dq", dl_stream), out_dk(dk, "dk", dl_stream), out_dv(dv, "dv", dl_stream);
+  require_output(out_dq, q_dims, device, in.q.dtype(), "dQ has the inputs' dtype");
+  require_output(out_dk, kv, device, in.q.dtype(), "dK has the inputs' dtype");
+  require_output(out_dv, kv, device, in.q.dtype(), "dV has the inputs' dtype");
+  const std::initializer_list<const Borrowed*> outputs{&out_dq, &out_dk, &out_dv};
+  for (const Borrowed* out : outputs) {
+    for (const Borrowed* input : {&in.q, &in.k, &in.v, &in_o, &in_lse, &in_d_o}) require_disjoint(*out, *input);
+  }
+  require_disjoint(out_dq, out_dk);
+  require_disjoint(out_dq, out_dv);
+  require_disjoint(out_dk, out_dv);
+
+  common::DeviceBackwardArgs args;
+  args.shape = shape;
+  args.causal = causal;
+  args.scale = scale_or_default(scale, shape.head_dim);
+  args.precision = in.precision;
+  args.q = in.q.data();
+  args.k = in.k.data();
+  args.v = in.v.data();
+  args.o = in_o.data();
+  args.lse = static_cast<const float*>(in_lse.data());
+  args.d_o = in_d_o.data();
+  args.dq = out_dq.data();
+  args.dk = out_dk.data();
+  args.dv = out_dv.data();
+  args.deterministic = deterministic;
+  args.stream = reinterpret_cast<void*>(static_cast<intptr_t>(dl_stream));  // 1 = cudaStreamLegacy
+
+  const int64_t needed =
+      step.gpu->backward_workspace_bytes ? step.gpu->backward_workspace_bytes(shape, deterministic) : 0;
+  const std::optional<Borrowed> scratch =
+      borrow_workspace(workspace, needed, "Step.backward_workspace_bytes", device, dl_stream,
+                       {&in.q, &in.k, &in.v, &in_o, &in_lse, &in_d_o, &out_dq, &out_dk, &out_dv}, step);
+  if (scratch) args.workspace = scratch->data();
+
+  py::gil_scoped_release release;  // the launch only enqueues; other Python threads may run
+  step.gpu->launch_backward(args);
 }
 
 bool gpu_available() {

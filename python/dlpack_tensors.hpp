@@ -57,6 +57,19 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
             py::handle lse, py::handle workspace, bool causal, std::optional<double> scale,
             std::optional<int64_t> stream, bool check_finite);
 
+/// Runs `step`'s backward kernels on DLPack tensors (GpuKernel::launch_backward):
+/// reads Q, K, V, the forward's O and L, and dO; writes dQ, dK, dV in place. Q, K,
+/// V are checked as for launch(); O, dO, dQ are [B, H, N_q, d] and dK, dV
+/// [B, H, N_kv, d], all of Q's dtype; L is float32 [B, H, N_q]; `workspace` at
+/// least step.gpu->backward_workspace_bytes(shape, deterministic) bytes (None
+/// when that is 0); all on Q's device and contiguous, the outputs and the
+/// workspace sharing no memory with any other tensor. Enqueued on `stream`, not
+/// waited for; the inputs are not scanned for NaN.
+void launch_backward(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
+                     py::handle lse, py::handle d_o, py::handle dq, py::handle dk, py::handle dv,
+                     py::handle workspace, bool causal, std::optional<double> scale, bool deterministic,
+                     std::optional<int64_t> stream);
+
 /// "float32", "bfloat16", "float16" (or another DLPack dtype's name): the
 /// element type of a CUDA tensor lent through DLPack on `stream`.
 std::string dtype_of(py::handle tensor, std::optional<int64_t> stream);

@@ -51,8 +51,10 @@ float scale_or_default(std::optional<double> scale, int64_t head_dim) {
   return static_cast<float>(*scale);
 }
 
-bool causal_arg(py::handle value) {
-  if (!is_bool(value)) throw py::type_error("causal must be True or False; got " + describe_value(value));
+bool causal_arg(py::handle value) { return bool_arg(value, "causal"); }
+
+bool bool_arg(py::handle value, const char* name) {
+  if (!is_bool(value)) throw py::type_error(std::string(name) + " must be True or False; got " + describe_value(value));
   return value.cast<bool>();
 }
 
@@ -165,21 +167,65 @@ std::vector<py::ssize_t> o_dims(const common::Shape& s) { return {s.batch, s.hea
 
 std::vector<py::ssize_t> lse_dims(const common::Shape& s) { return {s.batch, s.heads, s.seq_q}; }
 
+namespace {
+
+/// InputError unless `a` has the dimensions `dims`, naming it: "o must have shape [1, 2, 5, 8] for these inputs".
+void require_dims(const py::array& a, const std::vector<py::ssize_t>& dims, const std::string& name) {
+  if (std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()) != dims) {
+    std::string text;
+    for (py::ssize_t d : dims) text += (text.empty() ? "" : ", ") + std::to_string(d);
+    throw common::InputError(name + " must have shape [" + text + "] for these inputs");
+  }
+}
+
+}  // namespace
+
+std::vector<py::ssize_t> kv_dims(const common::Shape& s) { return {s.batch, s.heads, s.seq_kv, s.head_dim}; }
+
 common::Result result_from_arrays(py::handle o, py::handle lse, const common::Shape& shape) {
   const py::array oa = float32_array(o, "o"), la = float32_array(lse, "lse");
-  const auto expect = [](const py::array& a, const std::vector<py::ssize_t>& dims, const char* name) {
-    if (std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()) != dims) {
-      std::string text;
-      for (py::ssize_t d : dims) text += (text.empty() ? "" : ", ") + std::to_string(d);
-      throw common::InputError(std::string(name) + " must have shape [" + text + "] for these inputs");
-    }
-  };
-  expect(oa, o_dims(shape), "o");
-  expect(la, lse_dims(shape), "lse");
+  require_dims(oa, o_dims(shape), "o");
+  require_dims(la, lse_dims(shape), "lse");
   common::Result result;
   result.o = copy_elements(oa);
   result.lse = copy_elements(la);
   return result;
+}
+
+std::vector<float> d_o_from_array(py::handle d_o, const common::Shape& shape) {
+  const py::array da = float32_array(d_o, "d_o");
+  require_dims(da, o_dims(shape), "d_o");
+  std::vector<float> data = copy_elements(da);
+  common::require_finite(data, shape, shape.seq_q, "d_o");
+  return data;
+}
+
+common::BackwardInputs backward_inputs_from_arrays(py::handle o, py::handle lse, py::handle d_o,
+                                                   const common::Shape& shape) {
+  const py::array oa = float32_array(o, "o"), la = float32_array(lse, "lse");
+  require_dims(oa, o_dims(shape), "o");  // O's and L's shapes before anything is copied
+  require_dims(la, lse_dims(shape), "lse");
+  common::BackwardInputs in;
+  in.d_o = d_o_from_array(d_o, shape);
+  in.o = copy_elements(oa);
+  in.lse = copy_elements(la);
+  const common::Shape& s = shape;
+  common::require_finite(in.o, s, s.seq_q, "o");
+  // L is (B, H, N_q): one "column" per row, so its index reads [b, h, n, c=0].
+  common::require_finite(in.lse, common::Shape{s.batch, s.heads, s.seq_q, s.seq_kv, 1}, s.seq_q, "lse");
+  return in;
+}
+
+common::Gradients gradients_from_arrays(py::handle dq, py::handle dk, py::handle dv, const common::Shape& shape) {
+  const py::array qa = float32_array(dq, "dq"), ka = float32_array(dk, "dk"), va = float32_array(dv, "dv");
+  require_dims(qa, o_dims(shape), "dq");
+  require_dims(ka, kv_dims(shape), "dk");
+  require_dims(va, kv_dims(shape), "dv");
+  common::Gradients g;
+  g.dq = copy_elements(qa);
+  g.dk = copy_elements(ka);
+  g.dv = copy_elements(va);
+  return g;
 }
 
 }  // namespace flash_python

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/backward.hpp"
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
@@ -60,6 +61,9 @@ float scale_or_default(std::optional<double> scale, int64_t head_dim);
 /// `causal`: True or False (Python's or NumPy's bool); TypeError otherwise.
 bool causal_arg(py::handle value);
 
+/// `name`: True or False (Python's or NumPy's bool), e.g. `deterministic`; TypeError otherwise.
+bool bool_arg(py::handle value, const char* name);
+
 /// `scale`: None or a real number (int, float, a NumPy number), not a bool;
 /// TypeError otherwise. A number beyond float64 (a huge int) becomes infinity,
 /// which scale_or_default refuses.
@@ -92,6 +96,21 @@ common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bo
 /// the tolerance rule (check_result).
 common::Result result_from_arrays(py::handle o, py::handle lse, const common::Shape& shape);
 
+/// dO of `shape` given as a float32 NumPy array: its shape checked, copied, then
+/// checked for NaN and infinity; the messages call it "d_o".
+std::vector<float> d_o_from_array(py::handle d_o, const common::Shape& shape);
+
+/// O, L and dO of `shape` given as float32 NumPy arrays (any strides: copied),
+/// as the backward pass takes them: shapes checked before anything is copied,
+/// then the copies checked for NaN and infinity. The messages name the
+/// arguments: "o", "lse", "d_o".
+common::BackwardInputs backward_inputs_from_arrays(py::handle o, py::handle lse, py::handle d_o,
+                                                   const common::Shape& shape);
+
+/// dQ, dK and dV of `shape` given as float32 NumPy arrays, as common::Gradients,
+/// for the gradient rule (check_gradients).
+common::Gradients gradients_from_arrays(py::handle dq, py::handle dk, py::handle dv, const common::Shape& shape);
+
 /// `data` as a NumPy array of `dims`, without a copy: the array owns the vector.
 template <class T>
 py::array_t<T> to_array(std::vector<T>&& data, const std::vector<py::ssize_t>& dims) {
@@ -107,5 +126,8 @@ std::vector<py::ssize_t> o_dims(const common::Shape& s);
 
 /// (B, H, N_q): the dimensions of L.
 std::vector<py::ssize_t> lse_dims(const common::Shape& s);
+
+/// (B, H, N_kv, d): the dimensions of K, V, dK and dV.
+std::vector<py::ssize_t> kv_dims(const common::Shape& s);
 
 }  // namespace flash_python

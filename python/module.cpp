@@ -10,9 +10,13 @@
 ///   downloads through its session) and, for GPU steps, `launch(q, k, v, o,
 ///   lse, workspace, ...)` on CUDA tensors lent through DLPack (GpuKernel::launch
 ///   on the caller's memory and stream, no copy);
+/// - for the steps with a backward pass, `backward(q, k, v, o, lse, d_o, ...)` on
+///   NumPy arrays (a GPU step through its backward session) and, for GPU steps,
+///   `launch_backward(...)` on CUDA tensors (GpuKernel::launch_backward, no copy);
 /// - `reference_attention` and `check_result`: the fp64 reference and
 ///   FlashAttention-2's tolerance rule of common/reference.hpp, so that Python
-///   tests judge a step by the same rule as the C++ tests;
+///   tests judge a step by the same rule as the C++ tests; `reference_backward`
+///   and `check_gradients`, the same for gradients (common/reference_backward.hpp);
 /// - the errors: common::InputError is `InputError`, a ValueError;
 ///   common::NoGpuError is `NoGpuError`, a RuntimeError; CUDA errors are
 ///   RuntimeErrors; a wrong type or dtype is a TypeError. Each carries the
@@ -20,6 +24,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,6 +34,7 @@
 
 #include "common/driver.hpp"
 #include "common/reference.hpp"
+#include "common/reference_backward.hpp"
 #include "common/step.hpp"
 #include "host_arrays.hpp"
 #include "tour_steps.hpp"
@@ -91,6 +99,98 @@ common::Verdict check(py::handle q, py::handle k, py::handle v, py::handle o, py
   const common::Result result = result_from_arrays(o, lse, problem.shape);
   py::gil_scoped_release release;
   return common::check_result(problem, result);
+}
+
+/// InputError unless `step` has a backward pass, naming the built steps that have one.
+void require_backward(const common::StepInfo& step) {
+  if (step.backward) return;
+  std::string with;
+  for (const common::StepInfo& s : tour::built_steps()) {
+    if (s.backward) with += (with.empty() ? "" : ", ") + s.name;
+  }
+  throw common::InputError(step.name + " has no backward pass; the built steps with one: " +
+                           (with.empty() ? "none" : with));
+}
+
+/// Runs `step`'s backward pass on NumPy arrays and returns (dq, dk, dv) as float32
+/// NumPy arrays: a CPU step directly, a GPU step through its backward session
+/// (uploads once, launches, downloads once). `dtype` as for forward_arrays: a
+/// bf16/fp16 step rounds Q, K, V, O and dO once on upload and its gradients come
+/// back widened. `deterministic`: sum dQ in a fixed order, for the steps that offer
+/// the choice (has_deterministic_option); refused by the others, as the programs
+/// offer no --deterministic there.
+py::tuple backward_arrays(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
+                          py::handle lse, py::handle d_o, py::handle causal, py::handle scale, py::handle sram_floats,
+                          py::handle dtype, py::handle deterministic) {
+  require_backward(step);
+  common::Options options;
+  options.sram_floats = sram_floats_arg(sram_floats);
+  options.deterministic = bool_arg(deterministic, "deterministic");
+  if (options.deterministic && !step.has_deterministic_option) {
+    throw common::InputError(step.name + " sums dQ in one fixed order always; deterministic=True is for the steps "
+                             "whose dQ is summed by atomics (has_deterministic_option)");
+  }
+  const std::optional<std::string> precision = dtype_arg(dtype);
+  options.precision = precision ? common::parse_precision(*precision) : step.precisions.front();
+  common::require_precision(step, options.precision);
+  // The programs' memory check for --backward, before anything is copied.
+  const auto fits = [&step](const common::Shape& shape) { common::require_host_memory(step, shape, false, true); };
+  const common::Problem problem = problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), fits);
+  const common::BackwardInputs inputs = backward_inputs_from_arrays(o, lse, d_o, problem.shape);
+  common::Gradients g;
+  {
+    py::gil_scoped_release release;  // minutes for a large problem on the CPU: other threads may run
+    const std::unique_ptr<common::BackwardSession> session =
+        common::open_backward_session(step, problem, inputs, options);
+    session->run();
+    g = session->gradients();
+  }
+  // Finite inputs can overflow float32 inside a backward: warned, as the programs do.
+  const auto finite = [](const std::vector<float>& x) {
+    return std::all_of(x.begin(), x.end(), [](float e) { return std::isfinite(e); });
+  };
+  if (!finite(g.dq) || !finite(g.dk) || !finite(g.dv)) {
+    const std::string text = step.name + ": some gradients are not finite: these inputs overflow float32 inside the backward";
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) != 0) throw py::error_already_set();  // -W error
+  }
+  const common::Shape& s = problem.shape;
+  return py::make_tuple(to_array(std::move(g.dq), o_dims(s)), to_array(std::move(g.dk), kv_dims(s)),
+                        to_array(std::move(g.dv), kv_dims(s)));
+}
+
+/// The memory check of the fp64 gradients and their check, as the programs' --check --backward.
+void require_gradient_check_memory(const common::Shape& shape) { common::require_host_memory({}, shape, true, true); }
+
+/// dQ, dK, dV of fp64 standard attention for upstream gradient `d_o`, as float64 arrays.
+py::tuple reference_gradients(py::handle q, py::handle k, py::handle v, py::handle d_o, py::handle causal,
+                              py::handle scale) {
+  const common::Problem problem =
+      problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_gradient_check_memory);
+  const common::Shape& s = problem.shape;
+  const std::vector<float> upstream = d_o_from_array(d_o, s);
+  common::ReferenceGradients ref;
+  {
+    py::gil_scoped_release release;
+    ref = common::reference_backward(problem, upstream);
+  }
+  return py::make_tuple(to_array(std::move(ref.dq), o_dims(s)), to_array(std::move(ref.dk), kv_dims(s)),
+                        to_array(std::move(ref.dv), kv_dims(s)));
+}
+
+/// The gradient rule's verdict on (dq, dk, dv) for these inputs and dO, in `dtype`'s precision.
+common::GradientVerdict check_gradients(py::handle q, py::handle k, py::handle v, py::handle d_o, py::handle dq,
+                                        py::handle dk, py::handle dv, py::handle causal, py::handle scale,
+                                        py::handle dtype) {
+  const std::optional<std::string> precision_name = dtype_arg(dtype);
+  const common::Precision precision =
+      precision_name ? common::parse_precision(*precision_name) : common::Precision::fp32;
+  const common::Problem problem =
+      problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_gradient_check_memory);
+  const common::Shape& s = problem.shape;
+  const std::vector<float> upstream = d_o_from_array(d_o, s);
+  const common::Gradients gradients = gradients_from_arrays(dq, dk, dv, s);
+  py::gil_scoped_release release;
+  return common::check_gradients(problem, upstream, gradients, precision);
 }
 
 /// Registers C++ exception E as the Python exception `name`, a subclass of
@@ -179,6 +279,29 @@ PYBIND11_MODULE(_native, m) {
                ")";
       });
 
+  py::class_<common::GradientVerdict>(m, "GradientVerdict",
+                                      "The gradient rule's verdict (common::check_gradients).")
+      .def_readonly("passed", &common::GradientVerdict::passed, "every gradient finite and each error within tolerance")
+      .def_readonly("failure", &common::GradientVerdict::failure, "why it failed, in one line (empty when passed)")
+      .def_property_readonly("max_err_dq", [](const common::GradientVerdict& v) { return v.errors.dq; })
+      .def_property_readonly("max_err_dk", [](const common::GradientVerdict& v) { return v.errors.dk; })
+      .def_property_readonly("max_err_dv", [](const common::GradientVerdict& v) { return v.errors.dv; })
+      .def_property_readonly("baseline_dq", [](const common::GradientVerdict& v) { return v.baseline.dq; },
+                             "max error of dQ of standard attention's gradients in the same precision")
+      .def_property_readonly("baseline_dk", [](const common::GradientVerdict& v) { return v.baseline.dk; })
+      .def_property_readonly("baseline_dv", [](const common::GradientVerdict& v) { return v.baseline.dv; })
+      .def_property_readonly("tolerance_dq", [](const common::GradientVerdict& v) { return v.tolerance.dq; },
+                             "2 x baseline_dq + the floor")
+      .def_property_readonly("tolerance_dk", [](const common::GradientVerdict& v) { return v.tolerance.dk; })
+      .def_property_readonly("tolerance_dv", [](const common::GradientVerdict& v) { return v.tolerance.dv; })
+      .def("__bool__", [](const common::GradientVerdict& v) { return v.passed; })
+      .def("__repr__", [](const common::GradientVerdict& v) {
+        return std::string(v.passed ? "GradientVerdict(passed" : "GradientVerdict(FAILED: " + v.failure) +
+               ", max_err_dq=" + std::to_string(v.errors.dq) + " <= " + std::to_string(v.tolerance.dq) +
+               ", max_err_dk=" + std::to_string(v.errors.dk) + " <= " + std::to_string(v.tolerance.dk) +
+               ", max_err_dv=" + std::to_string(v.errors.dv) + " <= " + std::to_string(v.tolerance.dv) + ")";
+      });
+
   auto step = py::class_<common::StepInfo>(m, "Step", "One step of the tutorial, as the programs see it (StepInfo).");
   step.def_readonly("name", &common::StepInfo::name, "directory name, e.g. 'step06_fa2'")
       .def_readonly("title", &common::StepInfo::title, "one line: what the step adds")
@@ -206,6 +329,26 @@ PYBIND11_MODULE(_native, m) {
            "uploads, launches once and downloads. sram_floats: the budget M of steps that use one (0: default).\n"
            "dtype: the precision to compute in, 'fp32', 'bf16' or 'fp16' (None: the step's own, precisions[0]);\n"
            "one the step does not compute in is refused. Arrays in and out stay float32 (O widened).")
+      .def_property_readonly("has_backward", [](const common::StepInfo& s) { return bool(s.backward); },
+                             "has a backward pass (backward(), and launch_backward() for GPU steps)")
+      .def_readonly("extends", &common::StepInfo::extends,
+                    "backward steps: the forward step this one extends, e.g. 'step08_fa2_pipelined' ('' otherwise)")
+      .def_readonly("has_deterministic_option", &common::StepInfo::has_deterministic_option,
+                    "backward steps: deterministic=True sums dQ in a fixed order (instead of by atomics)")
+      .def("backward", &flash_python::backward_arrays, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
+           py::arg("lse"), py::arg("d_o"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
+           py::arg("sram_floats") = 0, py::arg("dtype") = py::none(), py::arg("deterministic") = false,
+           "(dq, dk, dv) for float32 NumPy arrays q [B, H, N_q, d], k, v [B, H, N_kv, d], the forward's\n"
+           "o [B, H, N_q, d] and lse [B, H, N_q], and d_o = dloss/dO [B, H, N_q, d] (any strides: copied).\n"
+           "Steps with a backward pass only (has_backward); a GPU step uploads, launches once and downloads.\n"
+           "dtype as for forward(); deterministic: sum dQ in a fixed order (has_deterministic_option steps).")
+      .def("backward_workspace_bytes",
+           [](const common::StepInfo& s, const common::Shape& shape, py::handle deterministic) -> int64_t {
+             const bool fixed_order = flash_python::bool_arg(deterministic, "deterministic");
+             return s.gpu && s.gpu->backward_workspace_bytes ? s.gpu->backward_workspace_bytes(shape, fixed_order) : 0;
+           },
+           py::arg("shape"), py::arg("deterministic") = false,
+           "bytes of device memory launch_backward() needs as `workspace` (0: none)")
       .def("workspace_bytes",
            [](const common::StepInfo& s, const common::Shape& shape) -> int64_t {
              return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape) : 0;
@@ -219,6 +362,16 @@ PYBIND11_MODULE(_native, m) {
   m.def("reference_attention", &flash_python::reference, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),
         py::arg("causal") = false, py::arg("scale") = py::none(),
         "(o, lse) of standard attention in fp64 (common::reference_attention) for float32 NumPy arrays");
+  m.def("reference_backward", &flash_python::reference_gradients, py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("d_o"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
+        "(dq, dk, dv) of standard attention in fp64 (common::reference_backward) for float32 NumPy arrays\n"
+        "q, k, v and the upstream gradient d_o = dloss/dO; it recomputes the forward itself");
+  m.def("check_gradients", &flash_python::check_gradients, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("d_o"),
+        py::arg("dq"), py::arg("dk"), py::arg("dv"), py::kw_only(), py::arg("causal") = false,
+        py::arg("scale") = py::none(), py::arg("dtype") = py::none(),
+        "the gradient rule's GradientVerdict on (dq, dk, dv): each max error against the fp64 gradients at\n"
+        "most 2 x that of standard attention's gradients in the same precision (dtype: 'fp32', 'bf16',\n"
+        "'fp16'; None: fp32) on the same inputs + a floor (common::check_gradients)");
   m.def("check_result", &flash_python::check, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
         py::arg("lse"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
         "the tolerance rule's Verdict on (o, lse): max error against the fp64 reference at most\n"
@@ -250,6 +403,24 @@ PYBIND11_MODULE(_native, m) {
            "cudaStream_t to run on, as an integer (None or 0: the legacy default stream); each tensor's\n"
            "__dlpack__(stream=...) makes it wait for the tensor's producer. Not waited for.\n"
            "check_finite: refuse NaN or infinity in q, k, v first (a wait for the stream).");
+  step.def("launch_backward",
+           [](const common::StepInfo& s, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
+              py::handle d_o, py::handle dq, py::handle dk, py::handle dv, py::handle workspace, py::handle causal,
+              py::handle scale, py::handle deterministic, std::optional<int64_t> stream) {
+             flash_python::require_backward(s);
+             const bool fixed_order = flash_python::bool_arg(deterministic, "deterministic");
+             flash_python::launch_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, workspace,
+                                           flash_python::causal_arg(causal), flash_python::scale_arg(scale),
+                                           fixed_order, stream);
+           },
+           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("d_o"), py::arg("dq"),
+           py::arg("dk"), py::arg("dv"), py::arg("workspace") = py::none(), py::kw_only(), py::arg("causal") = false,
+           py::arg("scale") = py::none(), py::arg("deterministic") = false, py::arg("stream") = py::none(),
+           "Enqueues the step's backward pass on CUDA tensors lent through DLPack (no copy): reads q, k, v,\n"
+           "o, d_o of one of the step's dtypes and lse float32, as launch() takes and writes them, and writes\n"
+           "dq [B, H, N_q, d], dk, dv [B, H, N_kv, d] of q's dtype in place. workspace: at least\n"
+           "backward_workspace_bytes(shape, deterministic) bytes. stream as for launch(). Not waited for;\n"
+           "the inputs are not scanned for NaN (use backward() on NumPy arrays for that).");
   m.def("device_of", &flash_python::device_of, py::arg("tensor"), "the CUDA device id of a DLPack tensor");
   m.def("dtype_of", &flash_python::dtype_of, py::arg("tensor"), py::kw_only(), py::arg("stream") = py::none(),
         "'float32', 'bfloat16', 'float16' (or DLPack's name of another): the dtype of a CUDA tensor");

@@ -36,6 +36,12 @@ Bad input raises, with the programs' one-line message: a wrong type or dtype is 
 an input, a tensor on the wrong device are ``InputError`` (a ``ValueError``); no GPU is
 ``NoGpuError`` (a ``RuntimeError``); a CUDA error is a ``RuntimeError``.
 
+The steps with a backward pass (``Step.has_backward``: step22 on the CPU, step23 in fp32
+CUDA) also have ``attention_backward(q, k, v, o, lse, d_o) -> (dq, dk, dv)``: the forward's O
+and L and the upstream gradient dO = dloss/dO in, the gradients of Q, K and V out, on
+NumPy arrays (every such step) or CUDA tensors (GPU steps). ``reference_backward`` and
+``check_gradients`` are the fp64 gradients and the gradient rule the C++ tests use.
+
 ``flash_steps.pytorch`` registers the GPU steps as PyTorch operators (torch.compile
 traces through them); ``flash_steps.hf`` makes a step an attention implementation of
 Hugging Face transformers.
@@ -50,23 +56,30 @@ from ._native import (
     InputError,
     NoGpuError,
     Shape,
+    GradientVerdict,
     Verdict,
+    check_gradients,
     check_result,
     gpu_available,
     reference_attention,
+    reference_backward,
     unbuilt_steps,
 )
 
 __all__ = [
+    "GradientVerdict",
     "InputError",
     "NoGpuError",
     "Shape",
     "Step",
     "Verdict",
+    "check_gradients",
     "check_result",
     "gpu_available",
     "gpu_steps",
+    "backward_steps",
     "reference_attention",
+    "reference_backward",
     "step",
     "steps",
     "unbuilt_steps",
@@ -74,7 +87,8 @@ __all__ = [
 
 
 class Step:
-    """One step of the tutorial: its description (the C++ StepInfo) and its forward pass."""
+    """One step of the tutorial: its description (the C++ StepInfo), its forward pass and, for
+    the backward steps, its backward pass."""
 
     def __init__(self, native):
         self._native = native
@@ -89,6 +103,10 @@ class Step:
         self.dtypes = list(native.dtypes)  #: the dtypes of the CUDA tensors it takes: ['bfloat16', 'float16']
         self.precisions = list(native.precisions)  #: the precisions it computes in (--dtype), its own first
         self.uses_sram_budget = native.uses_sram_budget  #: tiles from an SRAM budget M
+        self.has_backward = native.has_backward  #: has attention_backward
+        self.extends = native.extends  #: backward steps: the forward step this one extends ('' otherwise)
+        #: backward steps: deterministic=True sums dQ in a fixed order instead of by atomics
+        self.has_deterministic_option = native.has_deterministic_option
         self.short_name = self.name[:6]  #: 'step06' for step06_fa2: the C++ namespace, this module's attribute
 
     def attention_forward(self, q, k, v, causal=False, scale=None, *, dtype=None, stream=None,
@@ -125,6 +143,38 @@ class Step:
     def workspace_bytes(self, shape):
         """Bytes of device memory launch() needs as ``workspace`` for ``shape`` (0: none)."""
         return self._native.workspace_bytes(shape)
+
+    def attention_backward(self, q, k, v, o, lse, d_o, causal=False, scale=None, *, dtype=None,
+                           deterministic=False, stream=None, sram_floats=0):
+        """(dq, dk, dv) for q [B, H, N_q, d], k and v [B, H, N_kv, d], the forward's o [B, H, N_q, d]
+        and lse [B, H, N_q], and the upstream gradient d_o = dloss/dO [B, H, N_q, d].
+
+        Steps with a backward pass only (``has_backward``); another raises InputError naming
+        the steps that have one. NumPy arrays: float32 in and out, checked for NaN and
+        infinity (o, lse and d_o too), any step with a backward; ``dtype`` as for
+        attention_forward. CUDA tensors (GPU steps): q, k, v, o, d_o of one of the step's
+        dtypes, lse float32, contiguous; dq, dk, dv come back in q's dtype, allocated by the
+        caller's framework, computed on its current stream (or ``stream``), not scanned for NaN.
+        deterministic: sum dQ in a fixed order (bitwise-repeatable) instead of by atomics,
+        for the steps that offer it (``has_deterministic_option``).
+        """
+        if isinstance(q, _np.ndarray) or not self.needs_gpu:
+            return self._native.backward(q, k, v, o, lse, d_o, causal=causal, scale=scale,
+                                         sram_floats=sram_floats, dtype=dtype, deterministic=deterministic)
+        return _backward_on_gpu(self, q, k, v, o, lse, d_o, causal, scale, dtype, deterministic, stream)
+
+    def launch_backward(self, q, k, v, o, lse, d_o, dq, dk, dv, workspace=None, *, causal=False, scale=None,
+                        deterministic=False, stream=None):
+        """Enqueues the step's backward pass on CUDA tensors (GPU steps with a backward): reads q,
+        k, v, o, lse, d_o, writes dq, dk, dv in place, through DLPack, without a copy; returns at
+        once. ``workspace``: at least ``backward_workspace_bytes(shape, deterministic)`` bytes of
+        device memory (None when that is 0)."""
+        self._native.launch_backward(q, k, v, o, lse, d_o, dq, dk, dv, workspace, causal=causal, scale=scale,
+                                     deterministic=deterministic, stream=stream)
+
+    def backward_workspace_bytes(self, shape, deterministic=False):
+        """Bytes of device memory launch_backward() needs as ``workspace`` for ``shape`` (0: none)."""
+        return self._native.backward_workspace_bytes(shape, deterministic)
 
     def __repr__(self):
         return f"<Step {self.name}: {self.title}>"
@@ -201,6 +251,17 @@ def _from_dlpack_of(x):
 _DTYPE_OF_PRECISION = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+def _tensor_dtype(step, q, dtype, framework, stream):
+    """q's dtype where it is needed (a ``dtype`` to compare, or no framework to allocate with), else
+    None; TypeError when ``dtype`` names another precision than q's."""
+    # One of step.dtypes, checked by check_inputs; asked only where needed (one more __dlpack__).
+    tensor_dtype = _native.dtype_of(q, stream=stream) if dtype is not None or framework is None else None
+    if dtype is not None and _DTYPE_OF_PRECISION.get(dtype) != tensor_dtype:
+        raise TypeError(f"dtype={dtype!r} but q is {tensor_dtype}; CUDA tensors compute in their own dtype "
+                        f"({step.name} takes {', '.join(step.dtypes)}): convert them first")
+    return tensor_dtype
+
+
 def _forward_on_gpu(step, q, k, v, causal, scale, dtype, stream, check_finite):
     framework = _FRAMEWORKS.get(_framework_name(q))
     if framework is not None:
@@ -208,11 +269,7 @@ def _forward_on_gpu(step, q, k, v, causal, scale, dtype, stream, check_finite):
         if stream is None:
             stream = framework.stream(q)
     shape = step.check_inputs(q, k, v, stream=stream)  # the one-line errors, before anything is allocated
-    # One of step.dtypes, checked just now; asked only where it is needed (one more __dlpack__).
-    tensor_dtype = _native.dtype_of(q, stream=stream) if dtype is not None or framework is None else None
-    if dtype is not None and _DTYPE_OF_PRECISION.get(dtype) != tensor_dtype:
-        raise TypeError(f"dtype={dtype!r} but q is {tensor_dtype}; CUDA tensors compute in their own dtype "
-                        f"({step.name} takes {', '.join(step.dtypes)}): convert them first")
+    tensor_dtype = _tensor_dtype(step, q, dtype, framework, stream)
     o_shape = (shape.batch, shape.heads, shape.seq_q, shape.head_dim)
     lse_shape = o_shape[:3]
     nbytes = step.workspace_bytes(shape)
@@ -236,6 +293,35 @@ def _forward_on_gpu(step, q, k, v, causal, scale, dtype, stream, check_finite):
     return (from_dlpack(o), from_dlpack(lse)) if from_dlpack else (o, lse)
 
 
+def _backward_on_gpu(step, q, k, v, o, lse, d_o, causal, scale, dtype, deterministic, stream):
+    framework = _FRAMEWORKS.get(_framework_name(q))
+    if framework is not None:
+        q, k, v, o, lse, d_o = (framework.lend(t) for t in (q, k, v, o, lse, d_o))
+        if stream is None:
+            stream = framework.stream(q)
+    shape = step.check_inputs(q, k, v, stream=stream)  # the one-line errors, before anything is allocated
+    tensor_dtype = _tensor_dtype(step, q, dtype, framework, stream)
+    q_shape = (shape.batch, shape.heads, shape.seq_q, shape.head_dim)
+    kv_shape = (shape.batch, shape.heads, shape.seq_kv, shape.head_dim)
+    nbytes = step.backward_workspace_bytes(shape, deterministic)
+    if framework is not None:
+        dq, dk, dv = framework.empty(q_shape, q), framework.empty(kv_shape, q), framework.empty(kv_shape, q)
+        workspace = framework.empty(nbytes, q, "uint8") if nbytes else None
+        step.launch_backward(q, k, v, o, lse, d_o, dq, dk, dv, workspace, causal=causal, scale=scale,
+                             deterministic=deterministic, stream=stream)
+        return dq, dk, dv
+    device = _native.device_of(q)
+    dq = _native.DeviceArray(q_shape, device, tensor_dtype)
+    dk = _native.DeviceArray(kv_shape, device, tensor_dtype)
+    dv = _native.DeviceArray(kv_shape, device, tensor_dtype)
+    workspace = _native.DeviceArray(((nbytes + 3) // 4,), device) if nbytes else None
+    step.launch_backward(q, k, v, o, lse, d_o, dq, dk, dv, workspace, causal=causal, scale=scale,
+                         deterministic=deterministic, stream=stream)
+    _native.synchronize(stream)
+    from_dlpack = _from_dlpack_of(q)
+    return tuple(from_dlpack(g) for g in (dq, dk, dv)) if from_dlpack else (dq, dk, dv)
+
+
 # --------------------------------------------------------------------------------------
 # The steps of this build.
 
@@ -250,6 +336,11 @@ def steps():
 def gpu_steps():
     """The built steps that run on a GPU (empty when the build had no CUDA compiler)."""
     return [s for s in _STEPS if s.needs_gpu]
+
+
+def backward_steps():
+    """The built steps with a backward pass (``Step.has_backward``), in teaching order."""
+    return [s for s in _STEPS if s.has_backward]
 
 
 def step(key):

@@ -389,3 +389,101 @@ def test_large_scores_that_do_not_overflow_give_no_warning(step, rng):
         warnings.simplefilter("error")
         o, lse = step.attention_forward(q, k, v, scale=1e3)
     assert np.isfinite(o).all() and np.isfinite(lse).all()
+
+
+# --------------------------------------------------------------------------------------
+# The backward pass on NumPy arrays: the same checks, and O, L and dO checked as well.
+
+BACKWARD_CPU_STEPS = [s for s in CPU_STEPS if s.has_backward]
+
+
+@pytest.fixture
+def backward_inputs(qkv, rng):
+    q, k, v = qkv
+    o, lse = flash_steps.step22.attention_forward(q, k, v)
+    d_o = rng.standard_normal(q.shape).astype(np.float32)
+    return q, k, v, o, lse, d_o
+
+
+@pytest.mark.parametrize("step", BACKWARD_CPU_STEPS, ids=lambda s: s.name)
+def test_backward_wrong_types_are_type_errors(step, backward_inputs):
+    q, k, v, o, lse, d_o = backward_inputs
+    with pytest.raises(TypeError, match=r"^q must be a numpy.ndarray of float32, shaped \[B, H, N, d\]; got list$"):
+        step.attention_backward(q.tolist(), k, v, o, lse, d_o)
+    with pytest.raises(TypeError, match=r"^d_o must be float32; got float64 \(convert it"):
+        step.attention_backward(q, k, v, o, lse, d_o.astype(np.float64))
+    with pytest.raises(TypeError, match=r"^lse must be a numpy.ndarray of float32"):
+        step.attention_backward(q, k, v, o, None, d_o)
+    with pytest.raises(TypeError, match=r"^deterministic must be True or False; got str 'yes'$"):
+        step.attention_backward(q, k, v, o, lse, d_o, deterministic="yes")
+    with pytest.raises(TypeError, match=r"^causal must be True or False; got int 1$"):
+        step.attention_backward(q, k, v, o, lse, d_o, causal=1)
+
+
+@pytest.mark.parametrize("step", BACKWARD_CPU_STEPS, ids=lambda s: s.name)
+def test_backward_wrong_shapes_are_value_errors_naming_the_tensor(step, backward_inputs):
+    q, k, v, o, lse, d_o = backward_inputs
+    with pytest.raises(ValueError, match=r"^k and v must have the same shape"):
+        step.attention_backward(q, k, v[:, :, :6], o, lse, d_o)
+    with pytest.raises(flash_steps.InputError, match=r"^o must have shape \[1, 2, 5, 8\] for these inputs$"):
+        step.attention_backward(q, k, v, o[:, :, :4], lse, d_o)
+    with pytest.raises(flash_steps.InputError, match=r"^lse must have shape \[1, 2, 5\] for these inputs$"):
+        step.attention_backward(q, k, v, o, lse[..., None], d_o)
+    with pytest.raises(flash_steps.InputError, match=r"^d_o must have shape \[1, 2, 5, 8\] for these inputs$"):
+        step.attention_backward(q, k, v, o, lse, d_o[..., :4])
+
+
+@pytest.mark.parametrize("step", BACKWARD_CPU_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("name", ["q", "o", "lse", "d_o"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_backward_non_finite_inputs_are_value_errors_naming_the_element(step, backward_inputs, name, bad):
+    args = dict(zip(["q", "k", "v", "o", "lse", "d_o"], (x.copy() for x in backward_inputs)))
+    index = (0, 1, 3) if name == "lse" else (0, 1, 3, 2)
+    args[name][index] = bad
+    where = r"\[b=0, h=1, n=3, c=0\]" if name == "lse" else r"\[b=0, h=1, n=3, c=2\]"
+    with pytest.raises(flash_steps.InputError, match=rf"^{name} holds {'nan' if np.isnan(bad) else 'inf'} at {where}"):
+        step.attention_backward(**args)
+
+
+@pytest.mark.parametrize("step", BACKWARD_CPU_STEPS, ids=lambda s: s.name)
+def test_backward_inputs_larger_than_the_memory_are_refused_before_they_are_copied(step):
+    # As for the forward: a 4 GiB view of one float under an address-space limit of 1 GiB
+    # more than the interpreter maps, refused by the programs' check for --backward (which
+    # also counts dO and the gradients); the fp64 gradients and their check alike.
+    code = LIMIT_MEMORY + f"""
+import numpy as np, flash_steps
+limit_memory(2**30)
+one = np.ones(1, np.float32)
+huge = np.lib.stride_tricks.as_strided(one, shape=(1, 1, 2**24, 64), strides=(0, 0, 0, 0))
+small = np.ones((1, 1, 4, 64), np.float32)
+for call in (lambda: flash_steps.{step.short_name}.attention_backward(huge, small, small, huge, huge[..., 0], huge),
+             lambda: flash_steps.reference_backward(huge, small, small, huge),
+             lambda: flash_steps.check_gradients(huge, small, small, huge, huge, small, small)):
+    try:
+        call()
+        print("accepted")
+    except flash_steps.InputError as error:
+        print(error)
+"""
+    status, output = run_python(code)
+    assert status == 0, output
+    lines = output.splitlines()
+    assert len(lines) == 3, output
+    for line in lines:
+        assert re.fullmatch(r"this problem needs about [0-9.]+ GiB of host memory and [0-9.]+ GiB is available; "
+                            r"use smaller sizes", line), output
+
+
+def test_reference_and_check_gradients_take_the_same_checks(backward_inputs):
+    q, k, v, o, lse, d_o = backward_inputs
+    with pytest.raises(flash_steps.InputError, match=r"^d_o must have shape \[1, 2, 5, 8\] for these inputs$"):
+        flash_steps.reference_backward(q, k, v, d_o[:, :1])
+    with pytest.raises(flash_steps.InputError, match=r"^d_o holds nan at \[b=0, h=0, n=0, c=0\]"):
+        flash_steps.reference_backward(q, k, v, np.full_like(d_o, np.nan))
+    dq, dk, dv = flash_steps.step22.attention_backward(q, k, v, o, lse, d_o)
+    with pytest.raises(flash_steps.InputError, match=r"^dk must have shape \[1, 2, 7, 8\] for these inputs$"):
+        flash_steps.check_gradients(q, k, v, d_o, dq, dq, dv)
+    with pytest.raises(TypeError, match=r"^dv must be float32; got float64"):
+        flash_steps.check_gradients(q, k, v, d_o, dq, dk, dv.astype(np.float64))
+    with pytest.raises(ValueError, match=r"fp64"):
+        flash_steps.check_gradients(q, k, v, d_o, dq, dk, dv, dtype="fp64")
