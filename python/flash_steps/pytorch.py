@@ -19,7 +19,18 @@ q, k and v share it, O comes back in it and L in float32, as FlashAttention-2 re
 Views (a transposed [B, N, H, d]
 layout, as attention layers make) are copied to contiguous tensors first, as SDPA
 would; the kernel then runs on them through DLPack without a further copy, on the
-current stream. Forward only: no backward is registered. Unlike
+current stream.
+
+Gradients: the operator of a step with a backward pass (``Step.has_backward``: step23 in
+fp32) has an autograd formula (``register_autograd``), so ``loss.backward()`` runs through
+it: the forward saves Q, K, V, O and L, and the backward calls a second operator,
+``flash_steps::<step name>_backward`` (``q, k, v, o, lse, d_o, causal, scale, deterministic ->
+(dq, dk, dv)``, also with a fake implementation), which runs the step's backward kernels on
+the saved tensors and dO. dQ is summed by atomics unless
+``torch.use_deterministic_algorithms(True)`` is on, which asks the step for its fixed-order
+dQ. L is returned marked non-differentiable: a loss that uses L gets no gradient through it
+(as in FlashAttention's own ``flash_attn_func``). The operators of the forward-only steps
+refuse ``backward()`` with a RuntimeError naming the steps that have one. Unlike
 ``Step.attention_forward``, the operator does not scan the inputs for NaN or infinity
 (that needs a wait for the GPU, which has no place in a compiled graph): NaN in, NaN out,
 as with SDPA.
@@ -32,7 +43,8 @@ import torch
 
 import flash_steps
 
-__all__ = ["OPS", "DEFAULT_STEP", "MIN_TORCH", "attention", "scaled_dot_product_attention", "op"]
+__all__ = ["OPS", "BACKWARD_OPS", "DEFAULT_STEP", "DEFAULT_BACKWARD_STEP", "MIN_TORCH", "attention",
+           "scaled_dot_product_attention", "op"]
 
 #: The oldest PyTorch this layer runs on: 2.4 brought ``torch.library.custom_op`` and ``register_fake``.
 MIN_TORCH = (2, 4)
@@ -78,22 +90,101 @@ def _register(step):
                      lambda: f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
         return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
+    if step.has_backward:
+        _register_autograd(forward, _register_backward(step))
+    else:
+        _refuse_autograd(forward, step)
     return forward
+
+
+def _register_backward(step):
+    """Registers the backward pass of ``step`` as flash_steps::<step.name>_backward; returns it."""
+
+    @torch.library.custom_op(f"flash_steps::{step.name}_backward", mutates_args=())
+    def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                 d_o: torch.Tensor, causal: bool, scale: Optional[float],
+                 deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # As the forward: detached (DLPack refuses tensors that require grad), contiguous
+        # (DLPack lends no views; dO of a transposed layout arrives strided).
+        q, k, v, o, lse, d_o = (t.detach().contiguous() for t in (q, k, v, o, lse, d_o))
+        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
+        shape = step.check_inputs(q, k, v, stream=stream)  # the step's one-line errors, before allocating
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # Q's dtype
+        nbytes = step.backward_workspace_bytes(shape, deterministic)
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
+        step.launch_backward(q, k, v, o, lse, d_o, dq, dk, dv, workspace, causal=causal, scale=scale,
+                             deterministic=deterministic, stream=stream)
+        return dq, dk, dv
+
+    @backward.register_fake
+    def _(q, k, v, o, lse, d_o, causal, scale, deterministic):
+        # dQ like Q, dK and dV like K (contiguous, Q's dtype), as the real operator allocates them.
+        torch._check(q.dim() == 4 and k.dim() == 4, lambda: "q and k must have 4 dimensions [B, H, N, d]")
+        torch._check(lse.dtype == torch.float32, lambda: f"lse must be float32, got {lse.dtype}")
+        return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape)
+
+    return backward
+
+
+def _register_autograd(forward, backward):
+    """Gives the operator ``forward`` its gradient: ``backward`` on what the forward saved."""
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, causal, scale = inputs
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        # The backward computes dQ, dK, dV from dO alone: a gradient reaching L would be
+        # dropped, so L says it has none rather than be silently ignored.
+        ctx.mark_non_differentiable(lse)
+
+    def gradients(ctx, grad_o, grad_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        # Read when the backward runs (or is traced): PyTorch's switch for bitwise-repeatable results.
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        dq, dk, dv = backward(q, k, v, o, lse, grad_o.contiguous(), ctx.causal, ctx.scale, deterministic)
+        return dq, dk, dv, None, None  # causal and scale have no gradient
+
+    forward.register_autograd(gradients, setup_context=setup_context)
+
+
+def _refuse_autograd(forward, step):
+    """A forward-only step: backward() through its operator raises, naming the steps that have one."""
+
+    def setup_context(ctx, inputs, output):
+        pass
+
+    def gradients(ctx, grad_o, grad_lse):
+        with_backward = [s.name for s in flash_steps.gpu_steps() if s.has_backward]
+        raise RuntimeError(f"{step.name} has no backward pass; train with a step that has one: "
+                           f"{', '.join(with_backward) or 'none in this build'}")
+
+    forward.register_autograd(gradients, setup_context=setup_context)
 
 
 #: The operators, by step name: one per GPU step of this build.
 OPS = {step.name: _register(step) for step in flash_steps.gpu_steps()}
 
-#: The step used when none is named: the last GPU step built (the fastest rung).
-DEFAULT_STEP = next(reversed(OPS), None)
+#: The backward operators, by step name: one per GPU step with a backward pass.
+BACKWARD_OPS = {name: getattr(torch.ops.flash_steps, f"{name}_backward") for name in OPS
+                if flash_steps.step(name).has_backward}
+
+#: The step used when none is named and no gradient is needed: the last forward GPU step
+#: built (the fastest rung; a backward step's forward is an earlier step's).
+DEFAULT_STEP = next((s.name for s in reversed(flash_steps.gpu_steps()) if not s.extends), None)
+
+#: The step used when none is named and a gradient is needed: the last GPU step with a
+#: backward pass (step23_backward_fp32: float32 tensors).
+DEFAULT_BACKWARD_STEP = next(reversed(BACKWARD_OPS), None)
 
 
-def op(step=None):
-    """The operator of ``step`` (a name, short name, number or Step; None: DEFAULT_STEP)."""
+def op(step=None, *, backward=False):
+    """The operator of ``step`` (a name, short name, number or Step; None: DEFAULT_STEP, or
+    DEFAULT_BACKWARD_STEP with ``backward=True``: the step for a forward that will be differentiated)."""
     if not OPS:
         raise flash_steps.NoGpuError("this build of flash_steps has no GPU steps (it was built without CUDA)")
     if step is None:
-        name = DEFAULT_STEP
+        name = DEFAULT_BACKWARD_STEP if backward and DEFAULT_BACKWARD_STEP else DEFAULT_STEP
     elif isinstance(step, str) and step in OPS:
         name = step
     else:
@@ -104,10 +195,14 @@ def op(step=None):
 
 
 def attention(q, k, v, causal=False, scale=None, *, step=None):
-    """(o, lse) of ``step`` for CUDA tensors q [B, H, N_q, d], k and v [B, H, N_kv, d]."""
+    """(o, lse) of ``step`` for CUDA tensors q [B, H, N_q, d], k and v [B, H, N_kv, d].
+
+    Differentiable through O when the step has a backward pass. step None: DEFAULT_STEP,
+    or DEFAULT_BACKWARD_STEP when autograd is recording and q, k or v requires grad."""
+    training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     # None reaches the step, which takes 1/sqrt(d): no arithmetic on a size that
     # torch.compile may have made symbolic.
-    return op(step)(q, k, v, bool(causal), None if scale is None else float(scale))
+    return op(step, backward=training)(q, k, v, bool(causal), None if scale is None else float(scale))
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,

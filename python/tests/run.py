@@ -40,6 +40,12 @@ def main():
         if "torch" in sys.modules and not sys.modules["torch"].cuda.is_available():
             print("skipped: PyTorch sees no CUDA GPU")
             return SKIP
+        if "torch" in sys.modules:
+            try:
+                import flash_steps.pytorch  # noqa: F401  (refuses a PyTorch older than it needs)
+            except ImportError as error:
+                print(f"skipped: {error}")
+                return SKIP
 
     import pytest
 
