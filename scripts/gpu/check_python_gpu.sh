@@ -15,12 +15,15 @@
 #    (flash_steps_python: the steps' libraries, not their programs and tests);
 # 2. runs the Python tests, each with a JUnit XML file, where a skip is a failure here:
 #    the CPU ones, the GPU steps from PyTorch against SDPA (streams, DLPack, bad
-#    tensors), opcheck and the fake op, torch.compile(fullgraph=True), a transformers
-#    Llama on every GPU step against SDPA;
+#    tensors), opcheck and the fake op, torch.compile(fullgraph=True), gradients through
+#    the steps with a backward (against SDPA's, opcheck with gradients, a compiled training
+#    step, CUDA graphs), the training example's test, a transformers Llama on every GPU
+#    step against SDPA;
 # 3. runs the two scripts a reader runs: python/examples/llama_on_a_step.py (logits
 #    difference and time per forward, SDPA and step08 in float32, SDPA and step21 in
-#    bfloat16) and compile_one_step.py.
-# Writes OUTDIR/*.log, OUTDIR/junit_*.xml, OUTDIR/llama.csv and OUTDIR/results.csv
+#    bfloat16), train_tiny_transformer.py (loss curves of SDPA and step23) and
+#    compile_one_step.py.
+# Writes OUTDIR/*.log, OUTDIR/junit_*.xml, OUTDIR/llama.csv, OUTDIR/training.csv and OUTDIR/results.csv
 # (check, status, tests passed/failed/skipped, seconds), and prints a summary. About
 # 3 minutes on an H100 (most of it the CUDA build); exits 1 on the first failure.
 set -euo pipefail
@@ -103,6 +106,8 @@ run_tests cpu_bad_inputs test_bad_inputs.py
 run_tests cpu_transformers_adapter test_transformers_adapter.py
 run_tests gpu_torch test_torch_gpu.py --gpu --requires torch
 run_tests gpu_compile_and_fake_op test_torch_compile.py --gpu --requires torch
+run_tests gpu_backward test_torch_backward.py --gpu --requires torch
+run_tests gpu_training test_training_gpu.py --gpu --requires torch
 run_tests gpu_transformers_model test_transformers_gpu.py --gpu --requires torch,transformers
 
 echo "== python/examples/llama_on_a_step.py"
@@ -116,6 +121,13 @@ start=$SECONDS
   >"$out/llama_bf16.log" 2>&1 || fail "llama_on_a_step.py --dtype bfloat16" "$out/llama_bf16.log"
 cat "$out/llama_bf16.log"
 echo "example_llama_bf16,ok,,,,$((SECONDS - start))" >>"$results"
+
+echo "== python/examples/train_tiny_transformer.py"
+start=$SECONDS
+"$python" python/examples/train_tiny_transformer.py --csv "$out/training.csv" >"$out/training.log" 2>&1 ||
+  fail "train_tiny_transformer.py" "$out/training.log"
+cat "$out/training.log"
+echo "example_training,ok,,,,$((SECONDS - start))" >>"$results"
 
 echo "== python/examples/compile_one_step.py"
 start=$SECONDS

@@ -1,0 +1,42 @@
+"""The training example as a test: a tiny transformer trained with SDPA and with a step's
+forward and backward from the same seed; the loss curves must agree (the example's
+verdict: the final 50-step means within 2% of each other, each loss fallen by a factor
+of at least 1.8).
+
+Run by ctest through run.py, which reports the file skipped without a GPU or without a
+PyTorch that flash_steps.pytorch accepts (>= 2.4).
+"""
+import sys
+from pathlib import Path
+
+import pytest
+
+import flash_steps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import train_tiny_transformer  # noqa: E402
+
+STEPS = [s for s in flash_steps.gpu_steps() if s.has_backward and "float32" in s.dtypes]
+
+
+@pytest.mark.parametrize("step", STEPS, ids=lambda s: s.name)
+def test_the_loss_curves_of_sdpa_and_the_step_agree(step, tmp_path, capsys):
+    status = train_tiny_transformer.main(["--step", step.name, "--csv", str(tmp_path / "loss.csv")])
+    output = capsys.readouterr().out
+    assert status == 0, output
+    rows = (tmp_path / "loss.csv").read_text().splitlines()
+    assert rows[0] == "step,loss_sdpa,loss_step" and len(rows) == 301, rows[:3]
+
+
+def test_a_step_without_a_backward_is_refused(capsys):
+    forward_only = [s for s in flash_steps.gpu_steps() if not s.has_backward]
+    assert train_tiny_transformer.main(["--step", forward_only[0].name]) == 2
+    assert "cannot train this float32 model" in capsys.readouterr().err
+
+
+def test_the_verdict_fails_curves_that_disagree():
+    # The rule can fail: a curve 3% above the other, or one that never fell.
+    falling = [5.0 - 3.0 * i / 99 for i in range(100)]
+    assert train_tiny_transformer.verdict(falling, falling, 0.02, 1.8)[0]
+    assert not train_tiny_transformer.verdict(falling, [x * 1.03 for x in falling], 0.02, 1.8)[0]
+    assert not train_tiny_transformer.verdict([5.0] * 100, [5.0] * 100, 0.02, 1.8)[0]
