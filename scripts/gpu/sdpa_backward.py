@@ -90,7 +90,7 @@ def main():
                 del q, k, v, d_o, out
     exists = os.path.exists(args.csv)
     with open(args.csv, "a", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="", lineterminator="\n")
         if not exists:
             writer.writeheader()
         writer.writerows(rows)
