@@ -22,20 +22,21 @@
 #     O_i[r][k]:  lane = 4·row_lane + (k mod 8) / 2      (the same layout over d)
 #   step 11: as step 10 with 32 rows a warp (two 16-row mma tiles); B_r = 128, B_c = 32 at d = 128.
 #     row r: warp r / 32, row_lane r mod 8 (row(t) = 32·warp + 8·t + row_lane, t = 0..3)
-#   step 12: as step 11 with B_c = 64 at d = 128; the block → tile order depends on the mask.
-#   step 13: as step 12 (TMA brings the tiles; who computes what is unchanged).
-#   steps 14, 15, 16: 2 warpgroups of 4 warps compute (wgmma), 16 rows a warp, the mma's C layout
-#     repeated every 8 columns; B_r = B_c = 128 at d = 128 (steps 15, 16: + 1 producer warpgroup).
+#   steps 12, 13: as step 11 with B_c = 64 at d = 128.
+#   step 14: as step 12; the block → tile order depends on the mask.
+#   step 15: as step 14 (TMA brings the tiles; who computes what is unchanged).
+#   steps 16 to 20: 2 warpgroups of 4 warps compute (wgmma), 16 rows a warp, the mma's C layout
+#     repeated every 8 columns; B_r = B_c = 128 at d = 128 (steps 17 to 20: + 1 producer warpgroup).
 #     row r: warp r / 16, row_lane r mod 8 (row(t) = 16·warp + 8·t + row_lane, t = 0, 1)
-#   step 17: as step 16 at d = 128 (drawn); at d = 64, 3 consumer warpgroups, B_r = 192.
+#   step 21: as step 20 at d = 128 (drawn); at d = 64, 3 consumer warpgroups, B_r = 192.
 set -euo pipefail
-step=${1:?usage: ownership.sh STEP (04 to 17)}
+step=${1:?usage: ownership.sh STEP (04 to 21)}
 
 case $step in
   04|05|06) family=warp_rows ;;
   07|08|09) family=lane_tiles ;;
-  10|11|12|13|14|15|16|17) family=mma ;;
-  *) echo "ownership.sh: no rule for step $step (04 to 17)" >&2; exit 2 ;;
+  1[0-9]|20|21) family=mma ;;
+  *) echo "ownership.sh: no rule for step $step (04 to 21)" >&2; exit 2 ;;
 esac
 
 # Which rows and columns the figure shows ("…" stands for those left out).
@@ -55,17 +56,17 @@ case $family in
     s_cols="0 1 2 3 4 5 6 7 8 9 … 63"
     o_cols="0 1 2 3 4 5 6 7 8 9 … 127"
     Br=64 Bc=64 warps=4 threads=128 rows_per_warp=16
-    if [[ $step == 11 || $step == 12 || $step == 13 ]]; then
+    if (( 10#$step >= 11 && 10#$step <= 15 )); then
       rows="0 1 … 7 8 … 15 16 … 31 32 33 … 127"
       s_cols="0 1 2 3 4 5 6 7 8 9 … 31"
       Br=128 Bc=32 rows_per_warp=32
     fi
-    if [[ $step == 12 || $step == 13 ]]; then s_cols="0 1 2 3 4 5 6 7 8 9 … 63"; Bc=64; fi
-    if (( 10#$step >= 14 )); then
+    if (( 10#$step >= 12 && 10#$step <= 15 )); then s_cols="0 1 2 3 4 5 6 7 8 9 … 63"; Bc=64; fi
+    if (( 10#$step >= 16 )); then
       rows="0 1 … 7 8 … 15 16 … 63 64 65 … 127"
       s_cols="0 1 2 3 4 5 6 7 8 9 … 127"
       Br=128 Bc=128 warps=8 threads=256
-      if (( 10#$step >= 15 )); then warps=12 threads=384; fi
+      if (( 10#$step >= 17 )); then warps=12 threads=384; fi
     fi ;;
 esac
 
@@ -86,18 +87,24 @@ case $step in
       where="each warp: 16 rows, one mma.m16n8k16 C fragment per 8 columns; each lane: 2 rows × 2 neighbouring columns per 8" ;;
   11) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
       where="each warp: 32 rows, two mma tiles of 16; each lane: 4 rows × 2 neighbouring columns per 8; P̃_ij stays in these registers" ;;
-  12) blocks="T_r·B·H blocks: causal, block x owns tile T_r − 1 − ⌊x / BH⌋ of head x mod BH; without the mask, tile T_r − 1 − (x mod T_r) of head ⌊x / T_r⌋"
+  12|13) blocks="T_r·B·H blocks: block x owns query tile i = T_r − 1 − ⌊x / BH⌋ of head x mod BH (B_r rows of O)"
       where="as step 11 with B_c = 64: each lane 4 rows × 2 neighbouring columns per 8 of 64 keys; m_i, l_i in shared memory, a slot per thread" ;;
-  13) blocks="T_r·B·H blocks, ordered as in step 12"
-      where="as step 12; Q_i, K_j, V_j arrive by TMA into 128-byte-swizzled shared memory" ;;
-  14) blocks="T_r·B·H blocks, ordered as in step 12"
+  14) blocks="T_r·B·H blocks: causal, block x owns tile T_r − 1 − ⌊x / BH⌋ of head x mod BH; without the mask, tile T_r − 1 − (x mod T_r) of head ⌊x / T_r⌋"
+      where="as step 13: each lane 4 rows × 2 neighbouring columns per 8 of 64 keys; m_i, l_i in shared memory, a slot per thread" ;;
+  15) blocks="T_r·B·H blocks, ordered as in step 14"
+      where="as step 14; Q_i, K_j, V_j arrive by TMA into 128-byte-swizzled shared memory" ;;
+  16) blocks="T_r·B·H blocks, ordered as in step 14"
       where="warpgroup w = warps 4w … 4w + 3: rows 64w … 64w + 63, one wgmma's M; each lane: 2 rows × 2 neighbouring columns per 8" ;;
-  15) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
-      where="as step 14: the two consumer warpgroups own the rows; the producer owns the K/V stages until they land" ;;
-  16) blocks="T_r·B·H blocks, ordered as in step 12; warps 8 … 11 (the producer) own no entry, they issue the copies"
-      where="as step 15; the two consumer warpgroups take turns on the tensor cores (ping-pong)" ;;
-  17) blocks="T_r·B·H blocks: one head's tiles side by side, longest first (causal at d = 64: the longest of every head first); warps 8 … 11 (the producer) own no entry"
-      where="as step 16 at d = 128; at d = 64 three consumer warpgroups (warps 0 … 11, B_r = 192) and the producer's warps 12 … 15" ;;
+  17) blocks="T_r·B·H blocks, ordered as in step 14; warps 8 … 11 (the producer) own no entry, they issue the copies"
+      where="as step 16: the two consumer warpgroups own the rows; the producer owns the K/V stages until they land" ;;
+  18) blocks="T_r·B·H blocks, ordered as in step 14; warps 8 … 11 (the producer) own no entry, they issue the copies"
+      where="as step 17; each consumer warpgroup issues S_ij and P̃_i,j−1 V_j−1 back to back" ;;
+  19) blocks="T_r·B·H blocks, ordered as in step 14; warps 8 … 11 (the producer) own no entry, they issue the copies"
+      where="as step 18; the two consumer warpgroups take turns on the tensor cores (ping-pong)" ;;
+  20) blocks="T_r·B·H blocks, ordered as in step 14; warps 8 … 11 (the producer) own no entry, they issue the copies"
+      where="as step 19; each warpgroup computes the softmax of S_ij under P̃_i,j−1 V_j−1" ;;
+  21) blocks="T_r·B·H blocks: one head's tiles side by side, longest first (causal at d = 64: the longest of every head first); warps 8 … 11 (the producer) own no entry"
+      where="as step 20 at d = 128; at d = 64 three consumer warpgroups (warps 0 … 11, B_r = 192) and the producer's warps 12 … 15" ;;
 esac
 
 awk -v family="$family" -v rows="$rows" -v s_cols="$s_cols" -v o_cols="$o_cols" \
