@@ -22,6 +22,8 @@ set -euo pipefail
 repo=$1
 out=$2
 results="$repo/docs/results"
+# docs/results/current/ when it exists (what the pages read), else docs/results/ itself.
+[[ -d "$results/current" ]] && results=$results/current
 ncu=$(ls "$results"/ncu_*.txt 2>/dev/null | sort | tail -n 1 || true)
 steps=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -n 1 || true)
 table="$out/io_table_gpu.md"
@@ -30,7 +32,7 @@ if [[ -z $ncu || -z $steps ]]; then
   exit 0
 fi
 
-awk -v ncu_name="$(basename "$ncu")" -v steps_name="$(basename "$steps")" '
+awk -v ncu_name="${ncu#"$repo"/docs/results/}" -v steps_name="${steps#"$repo"/docs/results/}" '
   function bytes(value, unit) {
     gsub(/,/, "", value)
     if (unit == "Tbyte") return value * 1e12

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # results.sh REPO OUTDIR — the data of the "Results" and "FA1 vs FA2" pages.
 #
-# Reads every REPO/docs/results/*.csv (written by the benchmark programs) and
-# writes into OUTDIR:
-#   results_tables.md   per CSV: where it was measured (the file's row in
-#                       docs/results/README.md), the commit that added it, the
-#                       table, and its plots
-#   results_*.png       plots (gnuplot): TFLOP/s against N per step and baseline,
-#                       time against N, and working memory against N where the
-#                       CSV has peak_bytes; one set per (B, H, d, causal) in the file
-#   fa_numbers.md       step05_cuda_registers against step06_fa2: the newest
+# Reads the CSV files under REPO/docs/results/ (written by the benchmark programs)
+# and writes into OUTDIR:
+#   results_tables.md   the current measurements, each file in full: where it was
+#                       measured (the file's row in docs/results/README.md), the
+#                       commit that added it, its plots and its table
+#   results_archive.md  every other file, as one line with a link: older
+#                       measurements stay reachable without filling the page
+#   results_*.png       plots (gnuplot) of the current files: TFLOP/s (or the time
+#                       where the file has no TFLOP/s) against N per step and
+#                       baseline, and working memory against N where the CSV has
+#                       peak_bytes; one set per (B, H, d, causal) in the file
+#   fa_numbers.md       step05_cuda_registers against step06_fa2: the current
 #                       gpu_steps_*.csv's times, grids and causal savings, and
 #                       any B·H sweep of both (else: "not measured yet")
+#
+# Current: the files in docs/results/current/ when that folder exists; otherwise
+# the newest file of each series (a series is a name without its date and run
+# suffix: gpu_steps_2026-11-25.csv and gpu_steps_2026-11-24.csv are one series,
+# pytorch_compare_bf16_2026-11-25_run4.csv is newer than ..._2026-11-25.csv).
 #
 # A CSV is recognised by its columns, not its name: it needs `step` (the step or
 # baseline: step01_naive, ..., cublas_standard, torch_sdpa_flash, ...), `seq` (N,
@@ -62,10 +70,38 @@ csv_table() {
     { line = "|"; for (i = 1; i <= NF; i++) line = line " " fmt($i) " |"; print line }' "$1"
 }
 
+# The current files and the archive, as paths relative to docs/results/.
+(cd "$results" && find . -name '*.csv' -printf '%P\n' 2>/dev/null | sort) > "$tmp/all"
+if [[ -d "$results/current" ]]; then
+  grep '^current/' "$tmp/all" > "$tmp/current" || true
+else
+  # The newest file of each series: names sort by date, and "_runN" after the plain date.
+  awk '{ series = $0; sub(/_20[0-9][0-9]-[0-9][0-9]-[0-9][0-9](_run[0-9]+)?\.csv$/, "", series); newest[series] = $0 }
+       END { for (s in newest) print newest[s] }' "$tmp/all" | sort > "$tmp/current"
+fi
+grep -vxF -f "$tmp/current" "$tmp/all" > "$tmp/archive" || true
+: > "$out/results_archive.md"
+if [[ -s "$tmp/archive" ]]; then
+  {
+    echo "| file | program, machine, date (from \`docs/results/README.md\`) |"
+    echo "| --- | --- |"
+    while IFS= read -r rel; do
+      printf '| [%s](repo/docs/results/%s) | %s |\n' "$rel" "$rel" \
+        "$(provenance "$(basename "$rel")" | sed 's/^- \*\*[^*]*:\*\* //' | paste -sd';' - | sed 's/;/; /g; s/|/\\|/g')"
+    done < "$tmp/archive"
+  } > "$out/results_archive.md"
+else
+  echo "No older measurement is kept." > "$out/results_archive.md"
+fi
+
+# The newest measurements first (by the date in the name; undated files last).
 plot_count=0
-csvs=("$results"/*.csv)
-[[ -e "${csvs[0]}" ]] || csvs=()
+csvs=()
+while IFS= read -r rel; do csvs+=("$results/$rel"); done < <(
+  awk '{ d = match($0, /20[0-9][0-9]-[0-9][0-9]-[0-9][0-9](_run[0-9]+)?/) ? substr($0, RSTART, RLENGTH) : "0"; print d "\t" $0 }' \
+    "$tmp/current" | sort -t$'\t' -k1,1r -k2,2 | cut -f2)
 for csv in "${csvs[@]}"; do
+  rel=${csv#"$results"/}
   name=$(basename "$csv")
   stem=${name%.csv}
   anchor=$(echo "results_$stem" | tr -c 'A-Za-z0-9_\n' '_')
@@ -79,14 +115,14 @@ for csv in "${csvs[@]}"; do
   c_gpu=$(col gpu); c_section=$(col section)
 
   {
-    echo "## ${name} {#${anchor}}"
+    echo "### ${name} {#${anchor}}"
     echo
     provenance "$name"
     if [[ -n "$c_gpu" ]]; then
       echo "- **GPU (from the file):** $(awk -F',' -v c="$c_gpu" 'NR > 1 && !seen[$c]++ { printf "%s%s", (n++ ? ", " : ""), $c }' "$csv")"
     fi
-    echo "- **commit:** $(commit_of "$name")"
-    echo "- **file:** [docs/results/${name}](repo/docs/results/${name})"
+    echo "- **commit:** $(commit_of "$rel")"
+    echo "- **file:** [docs/results/${rel}](repo/docs/results/${rel})"
     echo
   } >> "$md"
 
@@ -153,10 +189,14 @@ EOF
       echo >> "$md"
       plot_count=$((plot_count + 1))
     }
-    echo "### ${group}" >> "$md"
+    echo "#### ${group}" >> "$md"
     echo >> "$md"
-    [[ -n "$c_tflops" ]] && plot_one throughput 3 "\$3*$scale" "$unit" 0
-    [[ -n "$c_time" ]] && plot_one time 4 "\$4" "time (ms)" 1
+    # One speed plot: TFLOP/s where the file has it (the time is in the table).
+    if [[ -n "$c_tflops" ]]; then
+      plot_one throughput 3 "\$3*$scale" "$unit" 0
+    else
+      plot_one time 4 "\$4" "time (ms)" 1
+    fi
     if [[ -n "$c_mem" ]] && awk '$5 != "NaN" && $5 > 0 { found = 1 } END { exit !found }' "$tmp/rows"; then
       plot_one memory 5 "\$5/1048576" "working memory (MiB)" 1
     fi
@@ -182,9 +222,10 @@ fi
 #    grid of B·H blocks fills the GPU.
 fa="$out/fa_numbers.md"
 : > "$fa"
-steps_csv=$(ls "$results"/gpu_steps_*.csv 2>/dev/null | sort | tail -1 || true)
+steps_csv=$(grep -E '(^|/)gpu_steps_[^/]*\.csv$' "$tmp/current" | sort | tail -1 || true)
+[[ -n "$steps_csv" ]] && steps_csv=$results/$steps_csv
 if [[ -n "$steps_csv" ]]; then
-  sname=$(basename "$steps_csv")
+  sname=${steps_csv#"$results"/}
   awk -F',' -v file="$sname" '
     { sub(/\r$/, "") }
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
@@ -215,8 +256,9 @@ if [[ -n "$steps_csv" ]]; then
     }' "$steps_csv" >> "$fa"
   echo >> "$fa"
 fi
-for csv in "${csvs[@]}"; do
-  awk -F',' -v file="$(basename "$csv")" '
+while IFS= read -r rel; do
+  csv=$results/$rel
+  awk -F',' -v file="$rel" '
     { sub(/\r$/, "") }
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["kernel"] || !c["section"]) exit; next }
     $c["section"] == "sweep" && $c["kernel"] ~ /^step0[56]_(cuda_registers|fa2)$/ && $c["causal"] == 0 {
@@ -236,7 +278,7 @@ for csv in "${csvs[@]}"; do
     cat "$tmp/sweep.md" >> "$fa"
     echo >> "$fa"
   fi
-done
+done < "$tmp/all"
 if [[ ! -s "$fa" ]]; then
   echo "**Not measured yet.** No CSV in \`docs/results/\` times \`step05_cuda_registers\` and \`step06_fa2\` on the same problem." > "$fa"
 fi
