@@ -3,9 +3,10 @@
 #
 # Reads the CSV files under REPO/docs/results/ (written by the benchmark programs)
 # and writes into OUTDIR:
-#   results_tables.md   the current measurements, each file in full: where it was
+#   results_tables.md   the current measurements, each file with where it was
 #                       measured (the file's row in docs/results/README.md), the
-#                       commit that added it, its plots and its table
+#                       commit that added it, its plots and its table (a table
+#                       of more than 20 rows folded, so the page stays short)
 #   results_archive.md  every other file, as one line with a link: older
 #                       measurements stay reachable without filling the page
 #   results_*.png       plots (gnuplot) of the current files: TFLOP/s (or the time
@@ -95,6 +96,27 @@ else
 fi
 
 # The newest measurements first (by the date in the name; undated files last).
+# A long table, folded: CSV -> an HTML table inside <details> (Doxygen's Markdown
+# cannot hold a table in <details>, so the whole block is HTML), numbers rounded to 4
+# significant digits as in csv_table.
+csv_folded() {
+  echo "\\htmlonly"
+  awk -F',' -v rows="$(($(wc -l < "$1") - 1))" '
+    function fmt(x) { if (x ~ /^-?[0-9]+\.[0-9]+([eE][-+]?[0-9]+)?$/ || x ~ /^-?[0-9]+[eE][-+]?[0-9]+$/) return sprintf("%.4g", x); return x }
+    function esc(x) { gsub(/&/, "\\&amp;", x); gsub(/</, "\\&lt;", x); gsub(/>/, "\\&gt;", x); return x }
+    { sub(/\r$/, "") }
+    NR == 1 { printf "<details class=\"results-table\"><summary>The measurements: %d rows (click to show)</summary>\n<table class=\"markdownTable\">\n<tr class=\"markdownTableHead\">", rows
+              for (i = 1; i <= NF; i++) printf "<th class=\"markdownTableHead%s\">%s</th>", (i == 1 ? "None" : "Right"), esc($i)
+              print "</tr>"; next }
+    { printf "<tr class=\"markdownTableRow%s\">", (NR % 2 ? "Odd" : "Even")
+      for (i = 1; i <= NF; i++) printf "<td class=\"markdownTableBody%s\">%s</td>", (i == 1 ? "None" : "Right"), esc(fmt($i))
+      print "</tr>" }
+    END { print "</table></details>" }' "$1"
+  echo "\\endhtmlonly"
+}
+# A table of more than this many rows is folded (the page stays a page).
+fold_rows=20
+
 plot_count=0
 csvs=()
 while IFS= read -r rel; do csvs+=("$results/$rel"); done < <(
@@ -129,7 +151,7 @@ for csv in "${csvs[@]}"; do
   if [[ -z "$c_step" || -z "$c_seq" || ( -z "$c_tflops" && -z "$c_time" ) ]]; then
     echo "(Not plotted: the file lacks a \`step\`, \`seq\` or \`time_ms\`/\`tflops\` column.)" >> "$md"
     echo >> "$md"
-    csv_table "$csv" >> "$md"
+    if (( $(wc -l < "$csv") - 1 > fold_rows )); then csv_folded "$csv" >> "$md"; else csv_table "$csv" >> "$md"; fi
     echo >> "$md"
     continue
   fi
@@ -205,9 +227,13 @@ EOF
   if [[ ${#single_n[@]} -gt 0 ]]; then
     printf 'Measured at a single N, so only in the table: %s.\n\n' "$(IFS=';'; echo "${single_n[*]}" | sed 's/;/; /g')" >> "$md"
   fi
-  echo "The measurements:" >> "$md"
-  echo >> "$md"
-  csv_table "$csv" >> "$md"
+  if (( $(wc -l < "$csv") - 1 > fold_rows )); then
+    csv_folded "$csv" >> "$md"
+  else
+    echo "The measurements:" >> "$md"
+    echo >> "$md"
+    csv_table "$csv" >> "$md"
+  fi
   echo >> "$md"
 done
 
