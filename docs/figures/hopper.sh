@@ -9,16 +9,17 @@
 #               (wgmma.hpp, make_descriptor()), with K_j's as an example
 #   stages      the hand-off of a stage between the producer and the consumers:
 #               full and empty mbarriers and their phases (step 17)
-#   issue_order one consumer warpgroup's iteration before and after step 18's issue
-#               order (S_ij and P̃_i,j−1 V_j−1 back to back, one wait), and with
-#               step 20's softmax under P̃V
+#   issue_order one consumer warpgroup's iterations in step 17 (two waits a tile) and
+#               in step 18 (S_ij and P̃_i,j−1 V_j−1 back to back, one wait)
 #   pingpong    two consumer warpgroups taking turns on the tensor cores (step 19)
+#   overlap     one consumer warpgroup's iterations in step 19 (as step 18: the softmax
+#               after both products) and in step 20 (the softmax under P̃_i,j−1 V_j−1)
 #   ring        the ring of turns of three consumer warpgroups at d = 64 (step 21)
 #
 # The timelines are schematic (durations in made-up units: a GEMM 2, a softmax 3,
 # a wait 1); the measured effect of each idea is on its step's page.
 set -euo pipefail
-figure=${1:?usage: hopper.sh swizzle|descriptor|stages|issue_order|pingpong|ring}
+figure=${1:?usage: hopper.sh swizzle|descriptor|stages|issue_order|pingpong|overlap|ring}
 
 font='fontname="Helvetica"'
 # One colour per 16-byte chunk (logical index 0..7).
@@ -85,7 +86,7 @@ digraph hopper_descriptor {
 <tr><td><b>bits</b></td><td>63–62</td><td>61–52</td><td>51–49</td><td>48–46</td><td>45–32</td><td>31–30</td><td>29–16</td><td>15–14</td><td>13–0</td></tr>
 <tr><td><b>field</b></td><td bgcolor="#f4cccc">swizzle mode</td><td></td><td bgcolor="#d9d2e9">base offset</td><td></td><td bgcolor="#d9ead3">encode(stride<br/>byte offset)</td><td></td><td bgcolor="#fff2cc">encode(leading<br/>byte offset)</td><td></td><td bgcolor="#cfe2f3">encode(start<br/>address)</td></tr>
 <tr><td align="left"><b>meaning</b></td><td>0 none, 1 128 B,<br/>2 64 B, 3 32 B</td><td></td><td>where the swizzle<br/>pattern starts<br/>when not at a<br/>multiple of its atom</td><td></td><td>from one group of<br/>8 rows (a core<br/>matrix) to the next</td><td></td><td>between core matrices<br/>along K (unused when<br/>swizzled K-major:<br/>"assumed 1")</td><td></td><td>shared-memory address<br/>of the operand's<br/>first byte</td></tr>
-<tr><td align="left"><b>K<sub>j</sub> as B of S<sub>ij</sub> = Q<sub>i</sub>K<sub>j</sub><sup>T</sup></b><br/>(K-major, 128-byte swizzle,<br/>k_major_descriptor)</td><td>1</td><td></td><td>0 (tiles aligned<br/>to 1024 bytes)</td><td></td><td>1024 / 16 = 64<br/>(8 rows × 128 B)</td><td></td><td>16 / 16 = 1</td><td></td><td>(K<sub>j</sub> + 2k + 128·B<sub>c</sub>·⌊k/64⌋) / 16<br/>for columns k … k + 15</td></tr>
+<tr><td align="left"><b>K<sub>j</sub> as B of S<sub>ij</sub> = Q<sub>i</sub>K<sub>j</sub><sup>T</sup></b><br/>(K-major, 128-byte swizzle,<br/>k_major_sw128)</td><td>1</td><td></td><td>0 (tiles aligned<br/>to 1024 bytes)</td><td></td><td>1024 / 16 = 64<br/>(8 rows × 128 B)</td><td></td><td>16 / 16 = 1</td><td></td><td>(K<sub>j</sub> + 2k + 128·B<sub>c</sub>·⌊k/64⌋) / 16<br/>for columns k … k + 15</td></tr>
 </table>>];
 }
 DOT
@@ -115,35 +116,55 @@ digraph hopper_stages {
 DOT
   ;;
 
-issue_order)
+issue_order|overlap)
   n=18
   timeline() {  # timeline TITLE TC_CELLS WG_CELLS
     printf '<tr><td colspan="%d" align="left" border="0"><b>%s</b></td></tr>\n' "$((n + 1))" "$1"
     printf '<tr><td align="right" border="0">tensor cores</td>%s</tr>\n' "$2"
     printf '<tr><td align="right" border="0">warpgroup</td>%s</tr>\n' "$3"
   }
+  gap() { printf '<tr><td colspan="%d" height="10" border="0"></td></tr>\n' "$((n + 1))"; }
   s() { cell "S<sub>ij</sub>" 2 "$tc"; }
   sn() { cell "S<sub>i,j+1</sub>" 2 "$tc"; }
   pv() { cell "P̃<sub>ij</sub>V<sub>j</sub>" 2 "$tc2"; }
   pvp() { cell "P̃<sub>i,j−1</sub>V<sub>j−1</sub>" 2 "$tc2"; }
+  # Step 17: issue S_ij, wait, softmax, issue P̃_ij V_j, wait.
+  two_waits() {
+    timeline "$1" \
+      "$(s)$(cell '' 4 '')$(pv)$(cell '' 1 '')$(sn)$(cell '' 4 '')$(cell "P̃<sub>i,j+1</sub>V<sub>j+1</sub>" 2 "$tc2")$(cell '' 1 '')" \
+      "$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>ij</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>i,j+1</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")"
+  }
+  # Steps 18 and 19: S_ij and P̃_i,j−1 V_j−1 issued together, one wait for both, then the softmax.
+  one_wait() {
+    timeline "$1" \
+      "$(s)$(pvp)$(cell '' 4 '')$(sn)$(pv)$(cell '' 6 '')" \
+      "$(cell 'issue both, wait' 4 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>ij</sub>" 3 "$soft")$(cell 'issue both, wait' 4 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>i,j+1</sub>" 3 "$soft")$(cell '' 2 '')"
+  }
+  # Step 20: the same order, a wait for S_ij alone; the softmax runs under P̃_i,j−1 V_j−1.
+  under() {
+    timeline "$1" \
+      "$(s)$(pvp)$(cell '' 2 '')$(sn)$(pv)$(cell '' 2 '')$(cell "S<sub>i,j+2</sub>" 2 "$tc")$(cell "P̃V" 2 "$tc2")$(cell '' 2 '')" \
+      "$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>ij</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>i,j+1</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell '' 3 '')"
+  }
+  if [[ $figure == issue_order ]]; then
+    rows="$(two_waits "Step 17: issue S<sub>ij</sub>, wait, softmax, issue P̃<sub>ij</sub>V<sub>j</sub>, wait: two waits a tile")
+$(gap)
+$(one_wait "Step 18: issue S<sub>ij</sub> and P̃<sub>i,j−1</sub>V<sub>j−1</sub> back to back, one wait for both, then the softmax of S<sub>ij</sub>")"
+    title="One consumer warpgroup's iterations, by the order it issues its wgmmas"
+  else
+    rows="$(one_wait "Step 19 (as step 18, between its turns): one wait for both products, then the softmax of S<sub>ij</sub>")
+$(gap)
+$(under "Step 20: the same order, but wait for S<sub>ij</sub> alone (wgmma_wait&lt;1&gt;): the softmax runs under P̃<sub>i,j−1</sub>V<sub>j−1</sub>")"
+    title="One consumer warpgroup's iterations: the softmax after both products, or under the second"
+  fi
   cat <<DOT
-digraph hopper_issue_order {
+digraph hopper_$figure {
   graph [$font, fontsize=12, labelloc=t,
-         label=<<b>One consumer warpgroup's iterations, by the order it issues its wgmmas</b><br/>Schematic: a GEMM 2 units, a softmax 3, a wait for the tensor cores to drain 1 (red). The measured effect of each order is on the step's page.>];
+         label=<<b>$title</b><br/>Schematic: a GEMM 2 units, a softmax 3, a wait for the tensor cores to drain 1 (red). The measured effect of each order is on the step's page.>];
   node [shape=plaintext, $font, fontsize=10];
   t [label=<<table border="0" cellborder="1" cellspacing="0" cellpadding="5">
 <tr><td border="0"></td>$(ruler $n)</tr>
-$(timeline "Step 17: issue S<sub>ij</sub>, wait, softmax, issue P̃<sub>ij</sub>V<sub>j</sub>, wait: two waits an iteration" \
-   "$(s)$(cell '' 4 '')$(pv)$(cell '' 1 '')$(sn)$(cell '' 4 '')$(cell "P̃<sub>i,j+1</sub>V<sub>j+1</sub>" 2 "$tc2")$(cell '' 1 '')" \
-   "$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>ij</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>i,j+1</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")")
-<tr><td colspan="$((n + 1))" height="10" border="0"></td></tr>
-$(timeline "Step 18: issue S<sub>ij</sub> and P̃<sub>i,j−1</sub>V<sub>j−1</sub> back to back, one wait for both, then the softmax of S<sub>ij</sub>" \
-   "$(s)$(pvp)$(cell '' 4 '')$(sn)$(pv)$(cell '' 6 '')" \
-   "$(cell 'issue both, wait' 4 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>ij</sub>" 3 "$soft")$(cell 'issue both, wait' 4 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>i,j+1</sub>" 3 "$soft")$(cell '' 2 '')")
-<tr><td colspan="$((n + 1))" height="10" border="0"></td></tr>
-$(timeline "Step 20: the same order, but wait for S<sub>ij</sub> alone (wgmma_wait&lt;1&gt;): the softmax runs under P̃<sub>i,j−1</sub>V<sub>j−1</sub>" \
-   "$(s)$(pvp)$(cell '' 2 '')$(sn)$(pv)$(cell '' 2 '')$(cell "S<sub>i,j+2</sub>" 2 "$tc")$(cell "P̃V" 2 "$tc2")$(cell '' 2 '')" \
-   "$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>ij</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell "softmax of S<sub>i,j+1</sub>" 3 "$soft")$(cell 'issue, wait' 2 "$wait_")$(cell wait 1 "$waitb")$(cell '' 3 '')")
+$rows
 </table>>];
 }
 DOT
@@ -183,7 +204,7 @@ digraph hopper_ring {
 DOT
   ;;
 *)
-  echo "hopper.sh: no figure '$figure' (swizzle, descriptor, stages, issue_order, pingpong, ring)" >&2
+  echo "hopper.sh: no figure '$figure' (swizzle, descriptor, stages, issue_order, pingpong, overlap, ring)" >&2
   exit 2
   ;;
 esac
