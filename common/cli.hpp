@@ -4,7 +4,7 @@
 /// The steps' programs, the tour and the benchmarks parse their command lines
 /// with CLI11 through these functions, so an option such as `--heads` has one
 /// definition, one range and one help text everywhere. Numbers are parsed
-/// strictly: `3x`, `010`, `''` and out-of-range values are refused with a
+/// strictly: `3x`, `010`, an empty value and out-of-range values are refused with a
 /// one-line message naming the option and the range.
 #pragma once
 

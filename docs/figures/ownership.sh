@@ -28,7 +28,9 @@
 #   steps 16 … 20: 2 warpgroups of 4 warps compute (wgmma), 16 rows a warp, the mma's C layout
 #     repeated every 8 columns; B_r = B_c = 128 at d = 128 (steps 17 … 20: + 1 producer warpgroup;
 #     18 … 20 change when a consumer issues and waits, not what it owns).
+#     row r: warp r / 16, row_lane r mod 8 (row(t) = 16·warp + 8·t + row_lane, t = 0, 1)
 #   step 21: as step 20 at d = 128 (drawn); at d = 64, 3 consumer warpgroups, B_r = 192.
+set -euo pipefail
 step=${1:?usage: ownership.sh STEP (04 to 21)}
 
 case $step in

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# io_complexity.sh OUTDIR STEP_PROGRAM[@MAX_N]... — the data of the "IO complexity" page.
+# io_complexity.sh OUTDIR STEP_PROGRAM[@MAX_N[@MIN_M]]... — the data of the "IO complexity" page.
 #
 # Runs every given step program (those that count HBM traffic: step02, step03)
-# with `--sram-floats M --json` over a sweep of M (N fixed) and a sweep of N (M
-# fixed; up to MAX_N when given, for slow programs such as step03's simulator),
-# and writes into OUTDIR:
+# with `--sram-floats M --json` over a sweep of M (N fixed; from MIN_M when given)
+# and a sweep of N (M fixed; up to MAX_N when given). The limits are for slow
+# programs such as step03's simulator, whose time grows with the number of tile
+# pairs T_r·T_c: at N = 512 and M = 1024 (B_c = B_r = 4) that is 16 384 pairs,
+# each a round of barriers among its OS threads, which ran for tens of minutes.
+# Writes into OUTDIR:
 #   io_table_m.md, io_table_n.md         Markdown tables: counted bytes beside the formulas
 #   io_traffic_vs_m.png, io_traffic_vs_n.png   the same as log-log plots (gnuplot)
 # The JSON fields used: step, sram_floats, B_c, B_r, seq_q, hbm_read_bytes,
@@ -47,10 +50,11 @@ to_tsv() {
 }
 
 for arg in "$@"; do
-  prog=${arg%@*}
-  max_n=${n_values[-1]}
-  [[ "$arg" == *@* ]] && max_n=${arg##*@}
+  IFS=@ read -r prog max_n min_m <<<"$arg"
+  max_n=${max_n:-${n_values[-1]}}
+  min_m=${min_m:-${m_values[0]}}
   for m in "${m_values[@]}"; do
+    [[ $m -ge $min_m ]] || continue
     "$prog" --batch 1 --heads 1 --seq-q "$n_fixed" --seq-kv "$n_fixed" --head-dim "$d" \
       --sram-floats "$m" --json | to_tsv >> "$tmp/m.tsv"
   done

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # results.sh REPO OUTDIR — the data of the "Results" and "FA1 vs FA2" pages.
 #
-# Reads the current measurements, REPO/docs/results/*.csv and
-# REPO/docs/results/current/*.csv (written by the benchmark programs and the GPU round;
-# docs/results/archive/ is not read: its step numbers are not today's), and writes into
-# OUTDIR:
-#   results_tables.md   per CSV: where it was measured (the file's row in
-#                       docs/results/README.md), the commit that added it, the
-#                       table, and its plots
-#   results_*.png       plots (gnuplot): TFLOP/s against N per step and baseline,
-#                       time against N, and working memory against N where the
-#                       CSV has peak_bytes; one set per (B, H, d, causal) in the file
+# Reads the CSV files under REPO/docs/results/ (written by the benchmark programs and
+# the GPU round) and writes into OUTDIR:
+#   results_tables.md   the current measurements, each file with where it was
+#                       measured (the file's row in docs/results/README.md), the
+#                       commit that added it, its plots and its table (a table
+#                       of more than 20 rows folded, so the page stays short)
+#   results_archive.md  the files of docs/results/archive/, as one line with a link
+#                       each: older measurements stay reachable without filling the
+#                       page (nothing else reads them: their step numbers are the
+#                       old ones, which docs/results/README.md maps to today's)
+#   results_*.png       plots (gnuplot) of the current files: TFLOP/s (or the time
+#                       where the file has no TFLOP/s) against N per step and
+#                       baseline, and working memory against N where the CSV has
+#                       peak_bytes; one set per (B, H, d, causal) in the file
 #   fa_numbers.md       step05_cuda_registers against step06_fa2: the newest
 #                       current/gpu_steps_*.csv's times, grids and causal savings, and
 #                       any B·H sweep of both (else: "not measured yet")
+#
+# Current: docs/results/*.csv and docs/results/current/*.csv; the archive: every CSV
+# under docs/results/archive/.
 #
 # A CSV is recognised by its columns, not its name: it needs `step` (the step or
 # baseline: step01_naive, ..., cublas_standard, torch_sdpa_flash, ...), `seq` (N,
@@ -65,14 +72,54 @@ csv_table() {
     { line = "|"; for (i = 1; i <= NF; i++) line = line " " fmt($i) " |"; print line }' "$1"
 }
 
+# The current files and the archive, as paths relative to docs/results/.
+(cd "$results" && find . -name '*.csv' -printf '%P\n' 2>/dev/null | sort) > "$tmp/all"
+grep -v '^archive/' "$tmp/all" > "$tmp/current" || true
+grep '^archive/' "$tmp/all" > "$tmp/archive" || true
+: > "$out/results_archive.md"
+if [[ -s "$tmp/archive" ]]; then
+  {
+    echo "| file | program, machine, date (from \`docs/results/README.md\`) |"
+    echo "| --- | --- |"
+    while IFS= read -r rel; do
+      printf '| [%s](repo/docs/results/%s) | %s |\n' "$rel" "$rel" \
+        "$(provenance "$(basename "$rel")" | sed 's/^- \*\*[^*]*:\*\* //' | paste -sd';' - | sed 's/;/; /g; s/|/\\|/g')"
+    done < "$tmp/archive"
+  } > "$out/results_archive.md"
+else
+  echo "No older measurement is kept." > "$out/results_archive.md"
+fi
+
+# The newest measurements first (by the date in the name; undated files last).
+# A long table, folded: CSV -> an HTML table inside <details> (Doxygen's Markdown
+# cannot hold a table in <details>, so the whole block is HTML), numbers rounded to 4
+# significant digits as in csv_table.
+csv_folded() {
+  echo "\\htmlonly"
+  awk -F',' -v rows="$(($(wc -l < "$1") - 1))" '
+    function fmt(x) { if (x ~ /^-?[0-9]+\.[0-9]+([eE][-+]?[0-9]+)?$/ || x ~ /^-?[0-9]+[eE][-+]?[0-9]+$/) return sprintf("%.4g", x); return x }
+    function esc(x) { gsub(/&/, "\\&amp;", x); gsub(/</, "\\&lt;", x); gsub(/>/, "\\&gt;", x); return x }
+    { sub(/\r$/, "") }
+    NR == 1 { printf "<details class=\"results-table\"><summary>The measurements: %d rows (click to show)</summary>\n<table class=\"markdownTable\">\n<tr class=\"markdownTableHead\">", rows
+              for (i = 1; i <= NF; i++) printf "<th class=\"markdownTableHead%s\">%s</th>", (i == 1 ? "None" : "Right"), esc($i)
+              print "</tr>"; next }
+    { printf "<tr class=\"markdownTableRow%s\">", (NR % 2 ? "Odd" : "Even")
+      for (i = 1; i <= NF; i++) printf "<td class=\"markdownTableBody%s\">%s</td>", (i == 1 ? "None" : "Right"), esc(fmt($i))
+      print "</tr>" }
+    END { print "</table></details>" }' "$1"
+  echo "\\endhtmlonly"
+}
+# A table of more than this many rows is folded (the page stays a page).
+fold_rows=20
+
 plot_count=0
 csvs=()
-for csv in "$results"/*.csv "$results"/current/*.csv; do
-  [[ -e "$csv" ]] && csvs+=("$csv")
-done
+while IFS= read -r rel; do csvs+=("$results/$rel"); done < <(
+  awk '{ d = match($0, /20[0-9][0-9]-[0-9][0-9]-[0-9][0-9](_run[0-9]+)?/) ? substr($0, RSTART, RLENGTH) : "0"; print d "\t" $0 }' \
+    "$tmp/current" | sort -t$'\t' -k1,1r -k2,2 | cut -f2)
 for csv in "${csvs[@]}"; do
+  rel=${csv#"$results"/}
   name=$(basename "$csv")
-  rel=${csv#"$results"/}  # precision_errors.csv, current/gpu_steps_DATE.csv
   stem=${name%.csv}
   anchor=$(echo "results_$stem" | tr -c 'A-Za-z0-9_\n' '_')
   header=$(head -1 "$csv" | tr -d '\r')
@@ -85,7 +132,7 @@ for csv in "${csvs[@]}"; do
   c_gpu=$(col gpu); c_section=$(col section)
 
   {
-    echo "## ${name} {#${anchor}}"
+    echo "### ${name} {#${anchor}}"
     echo
     provenance "$name"
     if [[ -n "$c_gpu" ]]; then
@@ -99,7 +146,7 @@ for csv in "${csvs[@]}"; do
   if [[ -z "$c_step" || -z "$c_seq" || ( -z "$c_tflops" && -z "$c_time" ) ]]; then
     echo "(Not plotted: the file lacks a \`step\`, \`seq\` or \`time_ms\`/\`tflops\` column.)" >> "$md"
     echo >> "$md"
-    csv_table "$csv" >> "$md"
+    if (( $(wc -l < "$csv") - 1 > fold_rows )); then csv_folded "$csv" >> "$md"; else csv_table "$csv" >> "$md"; fi
     echo >> "$md"
     continue
   fi
@@ -159,10 +206,14 @@ EOF
       echo >> "$md"
       plot_count=$((plot_count + 1))
     }
-    echo "### ${group}" >> "$md"
+    echo "#### ${group}" >> "$md"
     echo >> "$md"
-    [[ -n "$c_tflops" ]] && plot_one throughput 3 "\$3*$scale" "$unit" 0
-    [[ -n "$c_time" ]] && plot_one time 4 "\$4" "time (ms)" 1
+    # One speed plot: TFLOP/s where the file has it (the time is in the table).
+    if [[ -n "$c_tflops" ]]; then
+      plot_one throughput 3 "\$3*$scale" "$unit" 0
+    else
+      plot_one time 4 "\$4" "time (ms)" 1
+    fi
     if [[ -n "$c_mem" ]] && awk '$5 != "NaN" && $5 > 0 { found = 1 } END { exit !found }' "$tmp/rows"; then
       plot_one memory 5 "\$5/1048576" "working memory (MiB)" 1
     fi
@@ -171,9 +222,13 @@ EOF
   if [[ ${#single_n[@]} -gt 0 ]]; then
     printf 'Measured at a single N, so only in the table: %s.\n\n' "$(IFS=';'; echo "${single_n[*]}" | sed 's/;/; /g')" >> "$md"
   fi
-  echo "The measurements:" >> "$md"
-  echo >> "$md"
-  csv_table "$csv" >> "$md"
+  if (( $(wc -l < "$csv") - 1 > fold_rows )); then
+    csv_folded "$csv" >> "$md"
+  else
+    echo "The measurements:" >> "$md"
+    echo >> "$md"
+    csv_table "$csv" >> "$md"
+  fi
   echo >> "$md"
 done
 
@@ -188,9 +243,10 @@ fi
 #    grid of B·H blocks fills the GPU.
 fa="$out/fa_numbers.md"
 : > "$fa"
-steps_csv=$(ls "$results"/current/gpu_steps_*.csv 2>/dev/null | sort | tail -1 || true)
+steps_csv=$(grep -E '^current/gpu_steps_[^/]*\.csv$' "$tmp/current" | sort | tail -1 || true)
+[[ -n "$steps_csv" ]] && steps_csv=$results/$steps_csv
 if [[ -n "$steps_csv" ]]; then
-  sname=current/$(basename "$steps_csv")
+  sname=${steps_csv#"$results"/}
   awk -F',' -v file="$sname" '
     { sub(/\r$/, "") }
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
@@ -221,8 +277,9 @@ if [[ -n "$steps_csv" ]]; then
     }' "$steps_csv" >> "$fa"
   echo >> "$fa"
 fi
-for csv in "${csvs[@]}"; do
-  awk -F',' -v file="${csv#"$results"/}" '
+while IFS= read -r rel; do
+  csv=$results/$rel
+  awk -F',' -v file="$rel" '
     { sub(/\r$/, "") }
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["kernel"] || !c["section"]) exit; next }
     $c["section"] == "sweep" && $c["kernel"] ~ /^step0[56]_(cuda_registers|fa2)$/ && $c["causal"] == 0 {
@@ -242,7 +299,7 @@ for csv in "${csvs[@]}"; do
     cat "$tmp/sweep.md" >> "$fa"
     echo >> "$fa"
   fi
-done
+done < "$tmp/current"
 if [[ ! -s "$fa" ]]; then
   echo "**Not measured yet.** No CSV in \`docs/results/\` or \`docs/results/current/\` times \`step05_cuda_registers\` and \`step06_fa2\` on the same problem." > "$fa"
 fi

@@ -10,7 +10,8 @@
 # named with their dtype) measured on the same GPU and problem (B, H, N, d); where
 # several files have one, the newest file's. docs/results/archive/ is not read (its step
 # numbers are not today's). Writes
-#   OUTDIR/steps_tflops.svg   the chart (gnuplot; the legend outside the plot)
+#   OUTDIR/steps_tflops.svg   the chart (gnuplot; a log axis, every point labelled with its
+#                             value, the legend below the plot)
 #   OUTDIR/steps_chart.md     the \image line and where each bar comes from
 set -euo pipefail
 repo=$1
@@ -81,32 +82,37 @@ awk -F'\t' '
 
 IFS='|' read -r gpu batch heads seq_q seq_kv head_dim <<<"$problem"
 n_bars=$(wc -l < "$tmp/chart.dat")
-width=$((360 + 90 * n_bars))
+# A log axis: the fp32 steps (a few TFLOP/s) and the tensor-core steps (hundreds)
+# on one chart, each readable; the range brackets the data with room for the labels.
+read -r ymin ymax < <(awk -F'\t' '{ for (i = 3; i <= 4; i++) if ($i != "NaN" && $i > 0) {
+    if (!n++ || $i < lo) lo = $i; if ($i > hi) hi = $i } }
+  END { printf "%g %g\n", lo / 2, hi * 2 }' "$tmp/chart.dat")
+# Drawn at the size the site shows it (no scaling), so that the labels stay 11 px.
 gnuplot <<EOF
-set terminal svg size ${width},460 dynamic font "sans,12" background '#ffffff'
+set terminal svg size 940,600 dynamic font "sans,12" background '#ffffff'
 set output '$svg'
 set datafile separator '\t'
-set title "TFLOP/s per step and baseline: ${gpu}, B = ${batch}, H = ${heads}, N = ${seq_q}, d = ${head_dim}" noenhanced
+set title "TFLOP/s per step and baseline (log scale)\n${gpu}, B = ${batch}, H = ${heads}, N = ${seq_q}, d = ${head_dim}" noenhanced
 set ylabel 'TFLOP/s'
-set yrange [0:*]
-set offsets 0, 0, graph 0.08, 0
+set logscale y
+set yrange [${ymin}:${ymax}]
+set format y '%g'
 set xrange [-0.6:${n_bars} - 0.4]
-set style fill solid 0.9 border -1
-set boxwidth 0.38
-set grid ytics
-set xtics rotate by -30 left noenhanced nomirror
-set key outside right top vertical Left reverse noenhanced box
-set rmargin 32
-plot '$tmp/chart.dat' using (\$1 - 0.2):(\$5 > 0 ? NaN : \$3):xtic(2) with boxes lc rgb '#1f5f9f' title 'step, not causal', \
-     '' using (\$1 + 0.2):(\$5 > 0 ? NaN : \$4) with boxes lc rgb '#8fbde8' title 'step, causal', \
-     '' using (\$1 - 0.2):(\$5 > 0 ? \$3 : NaN) with boxes lc rgb '#555555' title 'baseline, not causal', \
-     '' using (\$1 + 0.2):(\$5 > 0 ? \$4 : NaN) with boxes lc rgb '#bbbbbb' title 'baseline, causal', \
-     '' using (\$1 - 0.2):3:(sprintf('%.1f', \$3)) with labels offset 0, 0.6 font ',9' notitle, \
-     '' using (\$1 + 0.2):4:(sprintf('%.1f', \$4)) with labels offset 0, 0.6 font ',9' notitle
+set grid ytics mytics
+set xtics rotate by -40 left noenhanced nomirror font ',11'
+set key outside below horizontal noenhanced
+set bmargin 11
+set rmargin 6
+plot '$tmp/chart.dat' using 1:(\$5 > 0 ? NaN : \$3):xtic(2) with linespoints pt 7 ps 1.1 lw 2 lc rgb '#1f5f9f' title 'step, not causal', \
+     '' using 1:(\$5 > 0 ? NaN : \$4) with linespoints pt 5 ps 1.0 lw 2 dt 2 lc rgb '#e69138' title 'step, causal', \
+     '' using 1:(\$5 > 0 ? \$3 : NaN) with points pt 9 ps 1.6 lc rgb '#444444' title 'baseline, not causal', \
+     '' using 1:(\$5 > 0 ? \$4 : NaN) with points pt 11 ps 1.6 lc rgb '#999999' title 'baseline, causal', \
+     '' using 1:3:(sprintf('%.3g', \$3)) with labels offset 0, 0.9 font ',11' tc rgb '#1f5f9f' notitle, \
+     '' using 1:4:(sprintf('%.3g', \$4)) with labels offset 0, -0.9 font ',11' tc rgb '#b45f06' notitle
 EOF
 
 {
-  echo "\\image html steps_tflops.svg \"TFLOP/s of each GPU step (blue) and of the baselines (grey) on one problem\""
+  echo "\\image html steps_tflops.svg \"TFLOP/s of each GPU step (blue: not causal, orange: causal) and of the baselines (grey) on one problem, log scale\""
   echo
   echo "Generated during the docs build from \`docs/results/current/\`: the steps from"
   echo "[${steps_name}](repo/docs/results/current/${steps_name}) (the newest GPU round; a new step"

@@ -7,14 +7,18 @@
 # 1. builds the `docs` target (Doxygen fails on a stale \snippet marker or an
 #    undocumented function);
 # 2. checks that the front page, every step page (one per step directory with a
-#    README.md) and the cross-cutting pages exist;
+#    README.md) and the cross-cutting pages exist, and that every figure a page
+#    places (`<!-- figure: NAME ... -->`) was drawn into the site;
 # 3. checks every href, src and data in the generated HTML that points to a
 #    local file (pages, images, figures, plots, diffs, CSVs, logs) resolves to a
 #    file that exists;
 # 4. checks the sources a reader also sees elsewhere: a step's README.md read on
 #    GitHub, and every gnuplot legend;
-# 5. opens each page in headless Chromium (scripts/docs/site_reader.py), waits for
-#    MathJax, checks what the page shows, and saves a full-page screenshot to
+# 5. opens every page of the site in headless Chromium (scripts/docs/site_reader.py):
+#    the pages above, the API pages (files, namespaces, classes, sources) and every
+#    other page Doxygen wrote; waits for MathJax, checks what each page shows, and
+#    saves a full-page screenshot of the pages a reader walks (the front page, the
+#    steps, the cross-cutting pages, the steps' attention files) to
 #    BUILD_DIR/docs/screenshots/ (look at them).
 #
 # The rules, by the name they print, and the rendering bug each one was checked
@@ -25,7 +29,8 @@
 #                line endings (the same CSV)
 #   [dashes]     an en or em dash directly before a letter or "-" in code or text:
 #                "–repeat" where "--repeat" was meant (Results' program lines; the
-#                sanitizer and ncu command lines of step 6)
+#                sanitizer and ncu command lines of step 6; the "Run:" lines of the
+#                API pages)
 #   [backticks]  a backtick left in the text: a code span Doxygen did not render
 #                (the stray backticks on Results)
 #   [tags]       HTML shown as text, "<tt>" or "&lt;" (the "<tt>" in the headings
@@ -38,7 +43,17 @@
 #                without a link to that file on the site (the evidence logs)
 #   [math]       a formula MathJax did not render, or "$$", "\f[", "\(" left in the
 #                text after MathJax ran
-#   [figures]    an image or SVG figure with no size on the page
+#   [figures]    an image or SVG figure with no size on the page, or a figure left
+#                as its source link (the drawing missing)
+#   [images]     an <img> that did not load
+#   [lists]      a numbered list that starts again at 1 after a code block (the
+#                Answers of steps 11 and 12, whose run blocks were not indented)
+#   [numbered]   a paragraph line that starts with a number and a dot and became a
+#                one-item list ("16. Consumer warpgroup ..." on step 21)
+#   [tables]     a table wider than the text column, or with columns cut off (the
+#                cuDNN ratio column of the comparison tables)
+#   [merged]     two command lines shown as one line (the "Run:" lines of every
+#                step's file comment on its API page)
 #   [exercises]  a step page without a heading containing "Exercises"
 #   [standard]   a step page without a figure, without rendered math, or without a
 #                sample run (the run blocks' links to docs/results/runs/NAME.txt)
@@ -77,7 +92,7 @@ shots="$build/docs/screenshots"
 problems=()
 
 # --- 2. the pages a reader expects ------------------------------------------
-pages=(index.html worked_example.html io_complexity.html fa1_vs_fa2.html results.html)
+pages=(index.html worked_example.html io_complexity.html fa1_vs_fa2.html results.html python.html whats_next.html)
 for readme in step[0-9][0-9]_*/README.md; do
   [[ -f "$readme" ]] || continue
   dir=${readme%/README.md}
@@ -86,6 +101,11 @@ done
 for p in "${pages[@]}"; do
   [[ -s "$html/$p" ]] || problems+=("missing page: $html/$p")
 done
+# Every figure a page places, drawn into the site.
+while IFS=: read -r file name; do
+  [[ -s "$html/$name.svg" ]] || problems+=("$file: [figures] places figure $name, but $html/$name.svg is not there")
+done < <(grep -oE '^<!-- figure: [A-Za-z0-9_]+' step[0-9][0-9]_*/README.md docs/*.md 2>/dev/null |
+           sed -E 's/<!-- figure: //' | sort -u)
 
 # --- 3. local links and images --------------------------------------------
 # Every href="..." and src="..." in every page, resolved against the page's folder.
@@ -132,13 +152,18 @@ elif ! command -v python3 >/dev/null 2>&1; then
 else
   rm -rf "$shots"
   mkdir -p "$shots"
+  # Every page of the site: the pages a reader walks first, then all the others.
   page_paths=()
   for p in "${pages[@]}"; do
     [[ -s "$html/$p" ]] && page_paths+=("$html/$p")
   done
+  while IFS= read -r p; do
+    [[ " ${pages[*]} " == *" $(basename "$p") "* ]] || page_paths+=("$p")
+  done < <(find "$html" -maxdepth 1 -name '*.html' | sort)
+  shots_for='^(index|step[0-9][0-9]|worked_example|io_complexity|fa1_vs_fa2|results|python|whats_next|step[0-9][0-9]__[a-z0-9_]+_2attention_8(cu|cpp))\.html$'
   report=$(mktemp)
   status=0
-  timeout 900 python3 scripts/docs/site_reader.py "$browser" "$shots" "${page_paths[@]}" > "$report" || status=$?
+  timeout 1800 python3 scripts/docs/site_reader.py --shots "$shots_for" "$browser" "$shots" "${page_paths[@]}" > "$report" || status=$?
   while IFS= read -r line; do
     problems+=("$line")
   done < "$report"
@@ -146,7 +171,7 @@ else
   if [[ $status -ne 0 && $status -ne 1 ]]; then
     problems+=("scripts/docs/site_reader.py failed (exit status $status)")
   fi
-  echo "check-site: ${#page_paths[@]} pages read in Chromium; full-page screenshots in $shots"
+  echo "check-site: ${#page_paths[@]} pages read in Chromium; full-page screenshots of $(ls "$shots" | wc -l) in $shots"
 fi
 
 if [[ ${#problems[@]} -gt 0 ]]; then

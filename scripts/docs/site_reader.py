@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""site_reader.py CHROMIUM SHOTS_DIR PAGE.html... — read pages as a reader sees them.
+"""site_reader.py [--shots REGEX] CHROMIUM SHOTS_DIR PAGE.html... — read pages as a reader sees them.
 
 Opens each page in headless Chromium (driven over the DevTools protocol on a pipe,
 Python's standard library only), waits for MathJax to finish, and checks the
-rendered page: what its text shows, its code, its math, its links. Saves a
-full-page screenshot of each page to SHOTS_DIR/NAME.png. Prints one line per
+rendered page: what its text shows, its code, its math, its links, its lists,
+tables and images. Saves a full-page screenshot of each page (of those whose
+name matches REGEX, with --shots) to SHOTS_DIR/NAME.png. Prints one line per
 problem and exits 1 if there is any; scripts/docs/check-site.sh runs it and lists the
 rules (with the bug each one catches).
 """
@@ -38,7 +39,50 @@ EXTRACT = r"""
     const r = o.getBoundingClientRect();
     return {src: o.data || o.src, width: r.width, height: r.height};
   });
+  // What each block shows as one line (innerText: a paragraph's source line breaks are
+  // gone, as on the screen), outside code blocks, and each line of every code block.
+  const outside = e => !e.closest('div.fragment, pre');
+  const shown_lines = [...root.querySelectorAll('p, li, td, th, dd, dt')].filter(outside)
+    .filter(e => !e.querySelector('p, li, ul, ol, table, div.fragment, pre'))
+    .map(e => e.innerText.replace(/\s+/g, ' ').trim())
+    .concat(blocks.flatMap(e => e.innerText.split('\n')));
+  // Ordered lists: where each stands among its siblings (for lists that restart after a
+  // code block, and lines that became list items by starting with a number).
+  const lists = [...root.querySelectorAll('ol')].filter(outside).map(ol => {
+    const before = [];
+    for (let e = ol.previousElementSibling; e; e = e.previousElementSibling) {
+      const tag = e.tagName.toLowerCase();
+      const kind = /^h[1-6]$/.test(tag) || e.classList.contains('memitem') ? 'heading'
+                 : tag === 'ol' ? 'ol'
+                 : (e.matches('div.fragment, pre') || e.querySelector('div.fragment, pre')) ? 'code'
+                 : tag === 'p' ? 'p' : 'other';
+      before.push({kind: kind, text: (e.innerText || '').trim().slice(-120)});
+      if (kind === 'heading' || before.length > 12) break;
+    }
+    return {items: ol.children.length, start: ol.getAttribute('start'),
+            first: (ol.firstElementChild ? ol.firstElementChild.innerText : '').trim().slice(0, 90), before: before};
+  });
+  // Tables: their box against the text column's, and content beyond their own box.
+  const column = (document.querySelector('div.contents') || document.body).getBoundingClientRect();
+  const tables = [...root.querySelectorAll('table')].filter(t => !t.parentElement.closest('div.fragment, pre, table')).map(t => {
+    const r = t.getBoundingClientRect();
+    let clipped = false;
+    for (let a = t; a && a !== document.body; a = a.parentElement) {
+      const st = getComputedStyle(a);
+      const scrolls = st.overflowX === 'auto' || st.overflowX === 'scroll';
+      if (a.scrollWidth > a.clientWidth + 1 && !scrolls && st.display !== 'inline') { clipped = true; break; }
+      if (scrolls) break;
+    }
+    return {right: r.right, width: r.width, scroll: t.scrollWidth, client: t.clientWidth, clipped: clipped,
+            head: (t.rows.length ? t.rows[0].innerText : '').replace(/\s+/g, ' ').trim().slice(0, 60)};
+  });
+  const images = [...root.querySelectorAll('img')].map(i => ({src: i.src, ok: i.complete && i.naturalWidth > 0}));
   return {
+    shown_lines: shown_lines,
+    lists: lists,
+    tables: tables,
+    column_right: column.right,
+    images: images,
     prose: clone.textContent,
     code_blocks: shown.map(e => e.innerText),
     inline_code: inline.map(e => e.textContent),
@@ -156,12 +200,16 @@ ENTITY = r'&(?:lt|gt|amp|quot|nbsp|#\d+);'
 LOG = re.compile(r'\b[\w.+-]*(?:ncu|sanitizer|resources|profile)[\w.+-]*\.(?:txt|log|ncu-rep)\b|\b[\w.+-]+\.log\b')
 
 
+# The pages written as pages (not generated from the sources' comments).
+NARRATIVE = re.compile(r'(index|step\d\d|worked_example|io_complexity|fa1_vs_fa2|results|python|whats_next)\.html')
+
+
 def local_path(href):
     url = urllib.parse.urlsplit(href)
     return urllib.parse.unquote(url.path) if url.scheme == 'file' else None
 
 
-def check_page(name, page, step_page):
+def check_page(name, page, step_page, narrative):
     problems = []
     say = lambda rule, what: problems.append(f'{name}: [{rule}] {what}')
     prose_lines = [l.strip() for l in page['prose'].split('\n')]
@@ -174,7 +222,8 @@ def check_page(name, page, step_page):
             say('pipes', f'raw Markdown table row in the text: {l[:90]!r}')
             break
     # markers: snippet commands and markers shown to the reader.
-    for marker in ('\\snippet', '//! ['):
+    # (A source page shows the file as it is, markers included.)
+    for marker in ('\\snippet', '//! [') if not name.endswith('_source.html') else ():
         if marker in everything:
             line = next(l for l in everything.split('\n') if marker in l)
             say('markers', f'{marker!r} shown on the page: {line.strip()[:90]!r}')
@@ -200,8 +249,9 @@ def check_page(name, page, step_page):
         if '`' in l:
             say('backticks', f'stray backtick in the text: {l[:90]!r}')
             break
-    # twice: the same code shown twice (a snippet nested in another one).
-    blocks = [b.strip() for b in page['code_blocks'] if b.strip().count('\n') >= 2]
+    # twice: the same code shown twice (a snippet nested in another one), on the pages
+    # that embed snippets (an API page may show two macros, one the other's prefix).
+    blocks = [b.strip() for b in page['code_blocks'] if narrative and b.strip().count('\n') >= 2]
     for i, a in enumerate(blocks):
         if any(i != j and a in b for j, b in enumerate(blocks)):
             say('twice', f'a code block is shown twice (inside another one): {a.splitlines()[0][:80]!r}')
@@ -235,6 +285,48 @@ def check_page(name, page, step_page):
     for o in page['objects']:
         if o['width'] < 2 or o['height'] < 2:
             say('figures', f"{o['src']} is not shown (rendered {o['width']:.0f} × {o['height']:.0f})")
+    # images: every <img> loaded (a broken file, a wrong format).
+    for i in page['images']:
+        if not i['ok']:
+            say('images', f"{i['src']} did not load")
+    # figures: a figure left as its GitHub form (the source link instead of the drawing).
+    for link in page['links']:
+        if link['text'].strip().startswith('Figure source'):
+            say('figures', f"a figure is missing: the page shows its source link {link['text'].strip()[:60]!r}")
+    # lists: an ordered list that starts again at 1 after a code block, in the same section
+    # as the list before it (the run block of an answer ended the list: Markdown needs the
+    # block indented like the item's text).
+    for ol in page['lists']:
+        kinds = [b['kind'] for b in ol['before']]
+        if (ol['start'] in (None, '1') and 'ol' in kinds and 'code' in kinds[:kinds.index('ol')]
+                and 'heading' not in kinds[:kinds.index('ol')]):
+            say('lists', f"a numbered list starts again at 1 after a code block: {ol['first'][:70]!r}")
+    # numbered: a line of a paragraph that starts with a number and a dot ("... steps 14 to
+    # / 16. Consumer ...") became a one-item list cut out of its sentence.
+    for ol in page['lists']:
+        prev = ol['before'][0] if ol['before'] else None
+        if (ol['items'] == 1 and prev and prev['kind'] == 'p' and prev['text']
+                and not re.search(r'[.:!?)\]"”’*]$', prev['text'])):
+            say('numbered', f"a paragraph line starting with a number became a list item: "
+                            f"{prev['text'][-40:]!r} / {ol['first'][:50]!r}")
+    # tables: a table wider than the text column, or with columns cut off.
+    for t in page['tables']:
+        if t['clipped'] or t['right'] > page['column_right'] + 2:
+            say('tables', f"a table is cut off or wider than the page ({t['width']:.0f} px, "
+                          f"content {t['scroll']:.0f} px): {t['head']!r}")
+    # merged: two command lines shown as one (a comment's "Run:" lines read as prose).
+    command = r'(?:build(?:-[\w-]+)?/bin/|scripts/)[\w./-]+'
+    for l in page['shown_lines']:
+        m = re.search(command + r'[^&|;#\n]*\s[-\u2013\u2014]{1,2}[A-Za-z][^&|;#\n]*\s' + command, l)
+        if m:
+            say('merged', f'two commands on one line: {l.strip()[:100]!r}')
+            break
+    # dashes, in what the screen shows (a paragraph's lines joined).
+    for l in page['shown_lines']:
+        m = re.search(r'(?:^|[\s`(])([\u2013\u2014][A-Za-z-]+)', l)
+        if m and not any(m.group(1) in p for p in problems):
+            say('dashes', f'{m.group(1)!r} (an en/em dash, not "--") in {l.strip()[:90]!r}')
+            break
     # exercises: every step page has a section of exercises.
     if step_page and not any('Exercises' in h for h in page['headings']):
         say('exercises', 'no section whose heading contains "Exercises"')
@@ -250,7 +342,13 @@ def check_page(name, page, step_page):
 
 
 def main():
-    chromium, shots, pages = sys.argv[1], sys.argv[2], sys.argv[3:]
+    args = sys.argv[1:]
+    shots_for = None  # --shots REGEX: screenshots only of the pages whose name matches
+    if '--shots' in args:
+        i = args.index('--shots')
+        shots_for = re.compile(args[i + 1])
+        del args[i:i + 2]
+    chromium, shots, pages = args[0], args[1], args[2:]
     os.makedirs(shots, exist_ok=True)
     problems = []
     with tempfile.TemporaryDirectory() as profile:
@@ -266,9 +364,14 @@ def main():
                 except Exception as e:  # one page failing is a problem, not the end of the check
                     problems.append(f'{name}: [open] Chromium could not read the page: {e}')
                     continue
-                if not page['headings']:
+                # Doxygen's index pages of one kind (functions_enum.html, ...) have no title
+                # but their list; a page with neither shows nothing.
+                if not page['headings'] and not page['prose'].strip():
                     problems.append(f'{name}: [open] no page title rendered')
-                problems += check_page(name, page, re.fullmatch(r'step\d\d\.html', name) is not None)
+                narrative = NARRATIVE.fullmatch(name) is not None
+                problems += check_page(name, page, re.fullmatch(r'step\d\d\.html', name) is not None, narrative)
+                if shots_for and not shots_for.search(name):
+                    continue
                 # Full page: the viewport as tall as the content (capped), then one capture.
                 height = min(int(page['height']), 30000)
                 browser.call('Emulation.setDeviceMetricsOverride', session=True, width=1280, height=height,
