@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# test-site-reader.sh — scripts/site_reader.py against two made-up pages: one with each
+# test-site-reader.sh — scripts/docs/site_reader.py against two made-up pages: one with each
 # defect its rules are for (planted), one with the same content done right. Each rule
 # must fire on the first and none on the second. Exits 77 (skipped) without Chromium.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")/../docs" && pwd)
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [[ -z "$browser" ]]; then
   echo "test-site-reader: no Chromium (apt-get install chromium): skipped"
