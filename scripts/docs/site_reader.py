@@ -317,7 +317,11 @@ def check_page(name, page, step_page, narrative):
     # merged: two command lines shown as one (a comment's "Run:" lines read as prose).
     command = r'(?:build(?:-[\w-]+)?/bin/|scripts/)[\w./-]+'
     for l in page['shown_lines']:
-        m = re.search(command + r'[^&|;#\n]*\s[-\u2013\u2014]{1,2}[A-Za-z][^&|;#\n]*\s' + command, l)
+        # A command, its options (each with at most one value), then the next command: a
+        # sentence that names two commands ("written by scripts/gpu/round.sh (gpu_bench
+        # --sections steps) and put here by scripts/docs/render-pages") is not one.
+        m = re.search(command + r'(?:\s+[-\u2013\u2014]{1,2}[A-Za-z][\w-]*(?:\s+[^\s\-\u2013\u2014][^\s]*)?)+\s+'
+                      + command, l)
         if m:
             say('merged', f'two commands on one line: {l.strip()[:100]!r}')
             break
