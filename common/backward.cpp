@@ -2,6 +2,7 @@
 /// \brief The backward contract: gradient allocation, input validation, FLOPs.
 #include "common/backward.hpp"
 
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -14,6 +15,14 @@ Gradients allocate_gradients(const Shape& shape) {
   g.dk.assign(static_cast<size_t>(shape.kv_elements()), nan);
   g.dv.assign(static_cast<size_t>(shape.kv_elements()), nan);
   return g;
+}
+
+int64_t count_nonfinite(const Gradients& g) {
+  int64_t n = 0;
+  for (const auto* t : {&g.dq, &g.dk, &g.dv}) {
+    for (float x : *t) n += std::isfinite(x) ? 0 : 1;
+  }
+  return n;
 }
 
 namespace {

@@ -54,6 +54,9 @@ struct Gradients {
 /// step forgets to write fails every check. Backward steps start from this.
 Gradients allocate_gradients(const Shape& shape);
 
+/// Gradients (dQ, dK, dV) that are NaN or infinite.
+int64_t count_nonfinite(const Gradients& gradients);
+
 /// validate(problem), then O, L and dO of the right lengths and finite: a NaN
 /// or an infinity is refused with an InputError naming the tensor and the
 /// element's index, as for Q, K and V.

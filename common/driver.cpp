@@ -95,14 +95,6 @@ std::string nonfinite_message(const Result& result) {
 
 namespace {
 
-int64_t count_nonfinite(const Gradients& g) {
-  int64_t n = 0;
-  for (const auto* t : {&g.dq, &g.dk, &g.dv}) {
-    for (float x : *t) n += std::isfinite(x) ? 0 : 1;
-  }
-  return n;
-}
-
 /// Times `repeat` runs of `timed_run_ms` (at most `budget_s` seconds of them when
 /// positive, at least one) after the samples already in `samples`; the median.
 template <class TimedRun>

@@ -75,7 +75,9 @@ void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse
   }
 }
 
-double max_abs_diff(const std::vector<float>& got, const std::vector<double>& want) {
+}  // namespace
+
+double max_abs_error(const std::vector<float>& got, const std::vector<double>& want) {
   if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -84,8 +86,6 @@ double max_abs_diff(const std::vector<float>& got, const std::vector<double>& wa
   }
   return worst;
 }
-
-}  // namespace
 
 Reference reference_attention(const Problem& problem) {
   validate(problem);
@@ -111,7 +111,7 @@ Result standard_attention_in(const Problem& problem, Precision precision) {
 }
 
 Errors max_errors(const Result& result, const Reference& ref) {
-  return Errors{max_abs_diff(result.o, ref.o), max_abs_diff(result.lse, ref.lse)};
+  return Errors{max_abs_error(result.o, ref.o), max_abs_error(result.lse, ref.lse)};
 }
 
 Errors baseline_errors(const Problem& problem, const Reference& ref, Precision precision) {

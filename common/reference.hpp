@@ -43,6 +43,10 @@ struct Errors {
   double max_err_lse = 0;  ///< max |L - L_ref|
 };
 
+/// max |got − want| over the elements; a NaN, or a size that differs, counts as an
+/// infinite error. The one comparison behind every error the checks report.
+double max_abs_error(const std::vector<float>& got, const std::vector<double>& want);
+
 /// Max absolute errors of `result` against `ref`.
 Errors max_errors(const Result& result, const Reference& ref);
 

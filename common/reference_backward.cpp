@@ -158,28 +158,10 @@ void standard_backward(const Problem& p, const std::vector<float>& d_o, std::vec
   }
 }
 
-double max_abs_diff(const std::vector<float>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::abs(double(got[i]) - want[i]);
-    if (!(e <= worst)) worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-  }
-  return worst;
-}
-
 double largest(const std::vector<double>& x) {
   double m = 0;
   for (double e : x) m = std::max(m, std::abs(e));
   return m;
-}
-
-int64_t count_nonfinite(const Gradients& g) {
-  int64_t n = 0;
-  for (const auto* t : {&g.dq, &g.dk, &g.dv}) {
-    for (float x : *t) n += std::isfinite(x) ? 0 : 1;
-  }
-  return n;
 }
 
 // check_gradients on inputs already in `precision`.
@@ -235,7 +217,7 @@ Gradients standard_backward_in(const Problem& problem, const std::vector<float>&
 }
 
 GradientErrors max_errors(const Gradients& g, const ReferenceGradients& ref) {
-  return GradientErrors{max_abs_diff(g.dq, ref.dq), max_abs_diff(g.dk, ref.dk), max_abs_diff(g.dv, ref.dv)};
+  return GradientErrors{max_abs_error(g.dq, ref.dq), max_abs_error(g.dk, ref.dk), max_abs_error(g.dv, ref.dv)};
 }
 
 GradientErrors baseline_gradient_errors(const Problem& problem, const std::vector<float>& d_o,

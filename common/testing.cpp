@@ -125,8 +125,10 @@ void check_bad_input(const StepInfo& step, int64_t unsupported_d, const Options&
   CHECK_THROWS_WITH_AS(step.forward(nan, options), doctest::Contains("inputs must be finite"), InputError);
 }
 
-double extra(const Result& result, const std::string& name) {
-  for (const auto& [key, value] : result.extra) {
+double extra(const Result& result, const std::string& name) { return extra(result.extra, name); }
+
+double extra(const Figures& figures, const std::string& name) {
+  for (const auto& [key, value] : figures) {
     if (key == name) return value;
   }
   return -1;

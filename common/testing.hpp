@@ -58,6 +58,8 @@ void check_bad_input(const StepInfo& step, int64_t unsupported_d, const Options&
 
 /// The value named `name` in `result.extra` (the resource report), or −1.
 double extra(const Result& result, const std::string& name);
+/// The value named `name` among `figures` (e.g. Gradients::extra, the backward's resource report), or −1.
+double extra(const Figures& figures, const std::string& name);
 
 /// Runs `step` once at d = `head_dim` and CHECKs its resource report: no local
 /// (spill) bytes, at least one block per SM, a register count reported.

@@ -229,16 +229,10 @@ TEST_CASE(FLASH_STEP_LABEL ": the backward kernels' resource report has no spill
       const common::Result forward = step().forward(p, options);
       const common::Gradients g =
           step().backward(p, {forward.o, forward.lse, common::make_random_upstream(p.shape, 2)}, options);
-      const auto figure = [&](const char* name) {
-        for (const auto& [key, value] : g.extra) {
-          if (key == name) return value;
-        }
-        return -1.0;
-      };
-      CHECK(figure("registers") > 0);
-      CHECK(figure("local_bytes") == 0);
-      CHECK(figure("dq_kernel_local_bytes") == 0);
-      CHECK(figure("blocks_per_sm") >= 1);
+      CHECK(extra(g.extra, "registers") > 0);
+      CHECK(extra(g.extra, "local_bytes") == 0);
+      CHECK(extra(g.extra, "dq_kernel_local_bytes") == 0);
+      CHECK(extra(g.extra, "blocks_per_sm") >= 1);
     }
   }
 }

@@ -184,7 +184,7 @@ def main(argv=None):
         print(f"{i:>6} {runs['sdpa'][i]:>10.4f} {runs['step'][i]:>12.4f}")
     if args.csv:
         with open(args.csv, "w", newline="") as out:
-            writer = csv.writer(out)
+            writer = csv.writer(out, lineterminator="\n")
             writer.writerow(["step", "loss_sdpa", "loss_step"])
             writer.writerows(zip(range(args.steps), runs["sdpa"], runs["step"]))
     ok, lines = verdict(runs["sdpa"], runs["step"], args.tolerance, args.min_drop)

@@ -265,14 +265,16 @@ def events_ms(enqueue):
     return start.elapsed_time(stop)
 
 
-def time_sustained(call):
+def time_sustained(call, capture=True):
     """Times call() (one call, enqueued on the current stream) at sustained clocks, both ways.
 
     Returns (K, {"back_to_back": ms per call, "cuda_graph": ms per call}): back_to_back is K
     calls between two events after ~WARMUP_MS of warm-up calls; cuda_graph is the same K calls
     captured once into a CUDA graph and replayed (once untimed first). Each is the median of
     REPETITIONS repetitions of elapsed / K. Raises CaptureError when the capture fails: the
-    caller reports it, never timing another way instead."""
+    caller reports it, never timing another way instead. With capture=False only back_to_back
+    is measured (for a call known not to be capturable, such as autograd's backward of a graph
+    built outside the capture)."""
     def calls(n):
         return lambda: [call() for _ in range(n)]
 
@@ -281,6 +283,8 @@ def time_sustained(call):
     per_call = events_ms(calls(warmup)) / warmup
     k = min(MAX_CALLS, max(MIN_CALLS, math.ceil(REPETITION_MS / max(per_call, 1e-4))))
     ms = {"back_to_back": float(np.median([events_ms(calls(k)) / k for _ in range(REPETITIONS)]))}
+    if not capture:
+        return k, ms
 
     graph = torch.cuda.CUDAGraph()
     try:

@@ -18,29 +18,16 @@ A call that cannot be captured is recorded without a cuda_graph row, never timed
 import argparse
 import csv
 import datetime
-import math
 import os
 import sys
 
-import numpy as np
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_pytorch import (MAX_CALLS, MAX_WARMUP_CALLS, MIN_CALLS, REPETITION_MS, REPETITIONS,  # noqa: E402
-                           WARMUP_MS, CaptureError, events_ms, time_sustained)
-
-
-def time_back_to_back(call):
-    """time_sustained()'s back_to_back figure alone, computed the same way: (K, {"back_to_back": ms per call})."""
-    first = events_ms(call)
-    warmup = min(MAX_WARMUP_CALLS, max(1, math.ceil(WARMUP_MS / max(first, 1e-4))))
-    per_call = events_ms(lambda: [call() for _ in range(warmup)]) / warmup
-    k = min(MAX_CALLS, max(MIN_CALLS, math.ceil(REPETITION_MS / max(per_call, 1e-4))))
-    return k, {"back_to_back": float(np.median([events_ms(lambda: [call() for _ in range(k)]) / k
-                                                for _ in range(REPETITIONS)]))}
+from check_pytorch import REPETITIONS, CaptureError, time_sustained  # noqa: E402  (one timing function)
 
 COLUMNS = ["gpu", "date", "section", "method", "kernel", "dtype", "batch", "heads", "seq_q", "seq_kv", "head_dim",
            "causal", "calls", "reps", "median_ms", "tflops", "speedup_vs_cublas", "max_abs_diff_vs_cublas", "threads",
@@ -74,7 +61,7 @@ def main():
                         torch.autograd.grad(out, (q, k, v), d_o, retain_graph=True)
                     for what, call, f in (("forward", lambda: forward(), flops), ("backward", backward, 2.5 * flops)):
                         try:
-                            calls, ms = time_sustained(call) if what == "forward" else time_back_to_back(call)
+                            calls, ms = time_sustained(call, capture=what == "forward")
                         except CaptureError as e:
                             print(f"sdpa_backward: {what} N={n} d={d} causal={causal}: not capturable ({e})",
                                   file=sys.stderr)
