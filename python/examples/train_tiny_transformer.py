@@ -4,7 +4,7 @@ learns the repository's own Markdown (next byte prediction), once with PyTorch's
 its attention and once with a step, from the same random initialisation on the same
 batches; the two loss curves are compared.
 
-    PYTHONPATH=build/python python3 python/examples/train_tiny_transformer.py [--step step23] [--csv FILE]
+    PYTHONPATH=build/python python3 python/examples/train_tiny_transformer.py [--step step24] [--csv FILE]
 
 The model: 2 layers, d_model 128, 4 heads of d = 32, causal, byte vocabulary (256), 128
 tokens a sequence, batches of 32, AdamW, all in float32 (TF32 off), random
@@ -135,7 +135,7 @@ def verdict(sdpa, step, tolerance, min_drop):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--step", default="step23_backward_fp32", help="a GPU step with a backward pass")
+    parser.add_argument("--step", default="step24_backward_fp32", help="a GPU step with a backward pass")
     parser.add_argument("--steps", type=int, default=300, help="training steps of each run")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)

@@ -21,7 +21,7 @@ layout, as attention layers make) are copied to contiguous tensors first, as SDP
 would; the kernel then runs on them through DLPack without a further copy, on the
 current stream.
 
-Gradients: the operator of a step with a backward pass (``Step.has_backward``: step23 in
+Gradients: the operator of a step with a backward pass (``Step.has_backward``: step24 in
 fp32) has an autograd formula (``register_autograd``), so ``loss.backward()`` runs through
 it: the forward saves Q, K, V, O and L, and the backward calls a second operator,
 ``flash_steps::<step name>_backward`` (``q, k, v, o, lse, d_o, causal, scale, deterministic ->
@@ -174,7 +174,7 @@ BACKWARD_OPS = {name: getattr(torch.ops.flash_steps, f"{name}_backward") for nam
 DEFAULT_STEP = next((s.name for s in reversed(flash_steps.gpu_steps()) if not s.extends), None)
 
 #: The step used when none is named and a gradient is needed: the last GPU step with a
-#: backward pass (step23_backward_fp32: float32 tensors).
+#: backward pass (step24_backward_fp32: float32 tensors).
 DEFAULT_BACKWARD_STEP = next(reversed(BACKWARD_OPS), None)
 
 

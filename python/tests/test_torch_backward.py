@@ -41,7 +41,7 @@ def exact_float32():
 
 
 def test_there_is_a_gpu_step_with_a_backward():
-    assert BACKWARD_STEPS, "step23_backward_fp32 runs on every GPU the build targets"
+    assert BACKWARD_STEPS, "step24_backward_fp32 runs on every GPU the build targets"
     assert fsp.DEFAULT_BACKWARD_STEP == BACKWARD_STEPS[-1].name
     assert not flash_steps.step(fsp.DEFAULT_STEP).extends  # the forward default is a forward step
 
@@ -179,7 +179,7 @@ def test_a_forward_only_operator_refuses_backward(step):
     leaves = [t.requires_grad_() for t in (q, k, v)]
     o, _ = fsp.attention(*leaves, True, step=step.name)
     with pytest.raises(RuntimeError, match=rf"{step.name} has no backward pass; train with a step that has one: "
-                                           rf".*step23_backward_fp32"):
+                                           rf".*step24_backward_fp32"):
         o.sum().backward()
     with pytest.raises(flash_steps.InputError, match=rf"^{step.name} has no backward pass"):
         step.launch_backward(q.detach(), k.detach(), v.detach(), q.detach(), q.detach()[..., 0].float(),

@@ -1,5 +1,5 @@
-/// \file step23_backward_fp32/attention.cu
-/// \brief Step 23 — step 8's forward, fp32 (the backward is in backward.cu).
+/// \file step24_backward_fp32/attention.cu
+/// \brief Step 24 — step 8's forward, fp32 (the backward is in backward.cu).
 ///
 /// This step extends step 7 by overlapping memory traffic with arithmetic:
 ///  1. K_j and V_j arrive by cp.async into two shared-memory stages: tile j + 1
@@ -12,8 +12,8 @@
 /// Why: in step 7 every warp waits at a barrier for each K_j, V_j to arrive, and
 /// spends a shuffle on every 4 · d/8 FMAs of P̃_ij V_j.
 ///
-/// Run: build/bin/step23_backward_fp32 --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
-///      build/bin/step23_backward_fp32 --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --check
+/// Run: build/bin/step24_backward_fp32 --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
+///      build/bin/step24_backward_fp32 --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --check
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -24,7 +24,7 @@
 #include "common/cuda/gpu_step.cuh"
 #include "common/cuda/warp.cuh"
 
-namespace step23 {
+namespace step24 {
 
 namespace {
 
@@ -291,7 +291,7 @@ common::StepInfo describe() {
   kernel.backward_workspace_bytes = backward_workspace_bytes;
   kernel.backward_resources = backward_resources;
   common::StepInfo info = common::cuda::gpu_step(
-      "step23_backward_fp32", "the backward pass in fp32 CUDA: dK_j, dV_j in registers, dQ by atomicAdd or in order",
+      "step24_backward_fp32", "the backward pass in fp32 CUDA: dK_j, dV_j in registers, dQ by atomicAdd or in order",
       HeadDims::list(), kernel);
   info.extends = "step08_fa2_pipelined";
   return info;
@@ -301,4 +301,4 @@ common::Result attention_forward(const common::Problem& problem, const common::O
   return describe().forward(problem, options);
 }
 
-}  // namespace step23
+}  // namespace step24

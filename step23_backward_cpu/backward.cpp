@@ -1,5 +1,5 @@
-/// \file step22_backward_cpu/backward.cpp
-/// \brief Step 22 — the backward pass, FlashAttention-2's Algorithm 2, on the CPU.
+/// \file step23_backward_cpu/backward.cpp
+/// \brief Step 23 — the backward pass, FlashAttention-2's Algorithm 2, on the CPU.
 ///
 /// This step extends step 2 (its forward files are step 2's, renamed) by the
 /// backward pass: from Q, K, V, the forward's O and L, and dO = ∂loss/∂O it
@@ -16,8 +16,8 @@
 ///     to "HBM" on every (j, i), and every such byte is counted.
 /// The working memory is a few tiles plus D, instead of P's N_q × N_kv.
 ///
-/// Run: build/bin/step22_backward_cpu --seq-q 1024 --seq-kv 1024 --head-dim 64 --backward --check
-///      build/bin/step22_backward_cpu --fixture hand_worked_n2_d1 --backward --trace
+/// Run: build/bin/step23_backward_cpu --seq-q 1024 --seq-kv 1024 --head-dim 64 --backward --check
+///      build/bin/step23_backward_cpu --fixture hand_worked_n2_d1 --backward --trace
 #include <Eigen/Dense>
 #include <cmath>
 #include <ostream>
@@ -28,7 +28,7 @@
 #include "common/trace.hpp"
 #include "common/workspace.hpp"
 
-namespace step22 {
+namespace step23 {
 
 namespace {
 
@@ -193,4 +193,4 @@ common::Gradients attention_backward(const common::Problem& problem, const commo
   return grads;
 }
 
-}  // namespace step22
+}  // namespace step23

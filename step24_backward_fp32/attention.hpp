@@ -1,5 +1,5 @@
-/// \file step23_backward_fp32/attention.hpp
-/// \brief step23_backward_fp32: step 8's forward and FlashAttention-2's backward (Algorithm 2), fp32 CUDA.
+/// \file step24_backward_fp32/attention.hpp
+/// \brief step24_backward_fp32: step 8's forward and FlashAttention-2's backward (Algorithm 2), fp32 CUDA.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,8 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 23: step 8's forward and the backward pass in fp32 CUDA, dQ by atomics or deterministic.
-namespace step23 {
+/// Step 24: step 8's forward and the backward pass in fp32 CUDA, dQ by atomics or deterministic.
+namespace step24 {
 
 /// Computes O and L with FlashAttention-2 as step 7, with the next K_j, V_j
 /// tile copied by cp.async while the current one is used, and P̃_ij handed to
@@ -35,4 +35,4 @@ int64_t backward_workspace_bytes(const common::Shape& shape, bool deterministic)
 /// This step as the program driver, the tour and the benchmarks see it.
 common::StepInfo describe();
 
-}  // namespace step23
+}  // namespace step24

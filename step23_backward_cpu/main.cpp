@@ -1,5 +1,5 @@
-/// \file step23_backward_fp32/main.cpp
-/// \brief The step's program: `build/bin/step23_backward_fp32 --help` lists the options.
+/// \file step23_backward_cpu/main.cpp
+/// \brief The step's program: `build/bin/step23_backward_cpu --help` lists the options.
 #include "attention.hpp"
 #include "common/driver.hpp"
 

@@ -1,5 +1,5 @@
-/// \file step22_backward_cpu/attention.hpp
-/// \brief step22_backward_cpu: step 2's forward and FlashAttention-2's backward (Algorithm 2) on the CPU.
+/// \file step23_backward_cpu/attention.hpp
+/// \brief step23_backward_cpu: step 2's forward and FlashAttention-2's backward (Algorithm 2) on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +8,9 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 22: step 2's forward (FlashAttention-1, Algorithm 1) and the backward pass
+/// Step 23: step 2's forward (FlashAttention-1, Algorithm 1) and the backward pass
 /// (FlashAttention-2, Algorithm 2), as the papers write them.
-namespace step22 {
+namespace step23 {
 
 /// The default on-chip budget M: 2^17 floats = 512 KiB, half of a 1 MiB per-core
 /// L2 cache, so K_j, V_j, Q_i, O_i and S_ij stay in cache while a tile is worked on.
@@ -33,4 +33,4 @@ common::Gradients attention_backward(const common::Problem& problem, const commo
 /// This step as the program driver, the tour and the benchmarks see it.
 common::StepInfo describe();
 
-}  // namespace step22
+}  // namespace step23

@@ -1,8 +1,8 @@
-/// \file step23_backward_fp32/backward.cu
-/// \brief Step 23 — the backward pass in fp32 CUDA: FlashAttention-2's Algorithm 2 on a GPU.
+/// \file step24_backward_fp32/backward.cu
+/// \brief Step 24 — the backward pass in fp32 CUDA: FlashAttention-2's Algorithm 2 on a GPU.
 ///
 /// This step extends step 8 (its forward files are step 8's, renamed) by the
-/// backward pass, as step 22 does on the CPU, with a GPU's grid:
+/// backward pass, as step 23 does on the CPU, with a GPU's grid:
 ///  1. D = rowsum(dO ∘ O) by one warp per row, once, before the main kernel.
 ///  2. One block per K/V tile j of one (batch, head): K_j and V_j are loaded
 ///     once, and dK_j, dV_j are accumulated in registers over every query tile i
@@ -18,8 +18,8 @@
 ///     query tile summing its K/V tiles in order (S_ij and dP_ij recomputed
 ///     there): the same bits every run, for two more products per tile.
 ///
-/// Run: build/bin/step23_backward_fp32 --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --backward --repeat 10
-///      build/bin/step23_backward_fp32 --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --backward --check
+/// Run: build/bin/step24_backward_fp32 --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --backward --repeat 10
+///      build/bin/step24_backward_fp32 --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --backward --check
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -30,7 +30,7 @@
 #include "common/cuda/gpu_step.cuh"
 #include "common/cuda/warp.cuh"
 
-namespace step23 {
+namespace step24 {
 
 namespace {
 
@@ -394,7 +394,7 @@ common::Figures backward_resources(int64_t head_dim) {
 
 void launch_backward(const common::DeviceBackwardArgs& args) {
   if (args.precision != common::Precision::fp32) {
-    throw common::InputError("step23_backward_fp32 computes in fp32 only");
+    throw common::InputError("step24_backward_fp32 computes in fp32 only");
   }
   HeadDims::dispatch(args.shape.head_dim, [&](auto d) { launch_backward<d()>(args); });
 }
@@ -403,4 +403,4 @@ int64_t backward_workspace_bytes(const common::Shape& shape, bool /*deterministi
   return shape.lse_elements() * int64_t(sizeof(float));  // D
 }
 
-}  // namespace step23
+}  // namespace step24

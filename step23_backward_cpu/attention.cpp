@@ -1,5 +1,5 @@
-/// \file step22_backward_cpu/attention.cpp
-/// \brief Step 22 — step 2's forward: FlashAttention-1, Algorithm 1, on the CPU (the backward is in backward.cpp).
+/// \file step23_backward_cpu/attention.cpp
+/// \brief Step 23 — step 2's forward: FlashAttention-1, Algorithm 1, on the CPU (the backward is in backward.cpp).
 ///
 /// This step extends step 1 by never materialising S. Instead:
 ///  1. K and V are cut into T_c tiles of B_c rows, Q into T_r tiles of B_r rows,
@@ -12,8 +12,8 @@
 ///     and 12–13 say, and every such byte is counted.
 /// The working memory is a few tiles plus l and m, instead of N_q × N_kv.
 ///
-/// Run: build/bin/step22_backward_cpu --seq-q 4096 --seq-kv 4096 --head-dim 64 --check
-///      build/bin/step22_backward_cpu --seq-q 2 --seq-kv 2 --head-dim 1 --heads 1 --sram-floats 2 --trace
+/// Run: build/bin/step23_backward_cpu --seq-q 4096 --seq-kv 4096 --head-dim 64 --check
+///      build/bin/step23_backward_cpu --seq-q 2 --seq-kv 2 --head-dim 1 --heads 1 --sram-floats 2 --trace
 #include "attention.hpp"
 
 #include <Eigen/Dense>
@@ -26,7 +26,7 @@
 #include "common/trace.hpp"
 #include "common/workspace.hpp"
 
-namespace step22 {
+namespace step23 {
 
 namespace {
 
@@ -214,7 +214,7 @@ common::Result attention_forward(const common::Problem& problem, const common::O
 
 common::StepInfo describe() {
   common::StepInfo info;
-  info.name = "step22_backward_cpu";
+  info.name = "step23_backward_cpu";
   info.title = "the backward pass, FlashAttention-2 Algorithm 2, on the CPU (dK_j, dV_j on chip, dQ in HBM)";
   info.forward = [](const common::Problem& p, const common::Options& o) { return attention_forward(p, o); };
   info.backward = [](const common::Problem& p, const common::BackwardInputs& in, const common::Options& o) {
@@ -228,4 +228,4 @@ common::StepInfo describe() {
   return info;
 }
 
-}  // namespace step22
+}  // namespace step23
