@@ -33,6 +33,16 @@
 # restrict it: FLASH_PERF_STEPS (step numbers, e.g. "9,17,21"), FLASH_PERF_N (check_pytorch's
 # lengths, e.g. "4096"), FLASH_PERF_DIMS (check_pytorch's d, e.g. "128"), FLASH_PERF_SEQ
 # (gpu_bench's N, default 4096). FLASH_PYTHON: the python3 with torch (default python3).
+#
+# The backward phase (not in the default phases; FLASH_ROUND_PHASES=backward) times the backward
+# steps the same way: build-gpu/bin/gpu_bench --sections backward (their kernels: forward, backward
+# with dQ by atomics and deterministic, B=4, H=16, N 1024 and 4096, d 64 and 128, causal and not)
+# into docs/results/current/gpu_backward_<GPU>_<date>.csv, then scripts/gpu/backward_compare.py
+# (their torch operators beside SDPA's EFFICIENT_ATTENTION backward, fp32, in one process; the
+# same shapes, and N = 16384 too with FLASH_BACKWARD_LONG=1) into
+# docs/results/current/backward_compare_<GPU>_<date>.csv: the step pages' "backward" tables.
+# About 2 + 2 minutes on an H100 (4 more with FLASH_BACKWARD_LONG=1); it needs the targets
+# gpu_bench and flash_steps_python.
 # FLASH_BUILD_TARGETS: build only these targets (e.g. for the perf phase alone:
 # "gpu_bench flash_steps_python" and the step programs, which check_pytorch.py asks which
 # precisions they take); default: everything.
@@ -88,16 +98,19 @@ if want tests; then
   note "GPU tests" "$(grep -o '[0-9]*% tests passed.*' "$out/ctest_gpu.log")"
 fi
 
+# Where the perf and backward phases write (docs/results/current/<kind>_<GPU>_<date>.csv), and
+# the commit measured, which their CSVs carry.
+gpu_name=$(tail -n 1 "$out/gpu.txt" | cut -d, -f1 | sed 's/^ *//; s/ *$//')
+gpu_tag=$(echo "$gpu_name" | sed 's/^NVIDIA //; s/[^A-Za-z0-9.-]\{1,\}/_/g')
+day=$(date -u +%F)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit="$commit+dirty"
+
 if want perf; then
   # Sustained timing only: the programs' --repeat (one launch, the GPU idle before it) is a
   # quick look and never goes into these files. Results live in docs/results/current/.
   results=${FLASH_ROUND_RESULTS:-docs/results/current}
   mkdir -p "$results"
-  gpu_name=$(tail -n 1 "$out/gpu.txt" | cut -d, -f1 | sed 's/^ *//; s/ *$//')
-  gpu_tag=$(echo "$gpu_name" | sed 's/^NVIDIA //; s/[^A-Za-z0-9.-]\{1,\}/_/g')
-  day=$(date -u +%F)
-  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-  [[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit="$commit+dirty"
   steps_csv="$results/gpu_steps_${gpu_tag}_${day}.csv"
   echo "== perf 1/2: gpu_bench, steps 4-21 beside cuBLAS at B=4, H=16, N=${FLASH_PERF_SEQ:-4096} ($gpu_name)"
   start=$SECONDS
@@ -121,6 +134,29 @@ if want perf; then
       fail "perf: check_pytorch.py $dtype" "$out/perf_pytorch_$dtype.txt"
     note "perf: SDPA $dtype" "$(($(grep -c '' "$compare_csv") - 1)) rows in $compare_csv ($((SECONDS - start)) s)"
   done
+fi
+
+if want backward; then
+  # The backward steps (today step 24): their kernels, forward and backward in both dQ modes
+  # (gpu_bench --sections backward), then their torch operators beside SDPA's EFFICIENT_ATTENTION
+  # backward in one process (backward_compare.py); each CSV one GPU, both by the same timing.
+  results=${FLASH_ROUND_RESULTS:-docs/results/current}
+  mkdir -p "$results"
+  backward_csv="$results/gpu_backward_${gpu_tag}_${day}.csv"
+  compare_csv="$results/backward_compare_${gpu_tag}_${day}.csv"
+  echo "== backward 1/2: gpu_bench --sections backward ($gpu_name)"
+  start=$SECONDS
+  "$build"/bin/gpu_bench --sections backward --csv "$out/gpu_backward.csv" >"$out/backward_gpu_bench.txt" 2>&1 ||
+    fail "backward: gpu_bench" "$out/backward_gpu_bench.txt"
+  awk -v commit="$commit" 'NR == 1 { print $0 ",commit"; next } { print $0 "," commit }' "$out/gpu_backward.csv" >"$backward_csv"
+  note "backward: kernels" "$(($(grep -c '' "$backward_csv") - 1)) rows in $backward_csv ($((SECONDS - start)) s)"
+  echo "== backward 2/2: backward_compare.py, the torch operators beside SDPA's EFFICIENT_ATTENTION backward"
+  start=$SECONDS
+  long=()
+  [[ ${FLASH_BACKWARD_LONG:-0} == 1 ]] && long=(--long)
+  "${FLASH_PYTHON:-python3}" scripts/gpu/backward_compare.py "$compare_csv" --python-dir "$build/python" \
+    "${long[@]}" >"$out/backward_compare.txt" 2>&1 || fail "backward: backward_compare.py" "$out/backward_compare.txt"
+  note "backward: operators" "$(($(grep -c '' "$compare_csv") - 1)) rows in $compare_csv ($((SECONDS - start)) s)"
 fi
 
 if want resources; then

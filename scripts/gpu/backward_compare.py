@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Times the backward steps' torch operators beside SDPA's EFFICIENT_ATTENTION backward, in one process.
+
+Usage: scripts/gpu/backward_compare.py CSV [--python-dir build-gpu/python] [--seq 1024,4096] [--long]
+           [--head-dims 64,128] [--steps 24]
+
+For each GPU step with a backward pass (flash_steps.pytorch.BACKWARD_OPS; today step 24, fp32)
+and SDPA forced to EFFICIENT_ATTENTION (xFormers' memory-efficient kernels, the SDPA backend
+with an fp32 backward), on the same float32 tensors (TF32 off), B = 4, H = 16,
+N_q = N_kv in --seq (--long adds 16384), d in --head-dims, causal off and on. Three calls
+of each, all timed by check_pytorch.py's time_sustained(), in this one process:
+
+  forward   the forward: the step's operator flash_steps::<step>; SDPA's
+            aten::_scaled_dot_product_efficient_attention (O and the logsumexp, as when
+            training).
+  backward  the backward alone, on the outputs its own forward saved and one dO: the
+            step's flash_steps::<step>_backward (dQ by atomics); SDPA's
+            aten::_scaled_dot_product_efficient_attention_backward, the operator SDPA's
+            autograd formula calls. Each allocates its dQ, dK, dV, as in training.
+  autograd  torch.autograd.grad of one forward's O (kept with retain_graph) for the same
+            dO: the backward as a user's loss.backward() reaches it, autograd's own work
+            included.
+
+Methods: back_to_back (K calls between two CUDA events after ~0.75 s of warm-up) and
+cuda_graph (the same K calls captured once in a CUDA graph and replayed); median of 5
+repetitions. The step and SDPA of one call are timed by the same methods: when either
+cannot be captured, both are given back_to_back only and the note says why. autograd is
+back_to_back only: autograd's backward of a graph recorded outside a capture runs on the
+forward's stream, which the capture does not own.
+
+TFLOP/s: 4*B*H*N_q*N_kv*d for the forward, 2.5 x that for backward and autograd, halved
+when causal (common/'s counts). Before timing, the step's O and gradients are compared
+with SDPA's (max_abs_diff_vs_sdpa: a sanity check; a non-finite result is a failure).
+Writes CSV row by row (columns gpu, date, commit, dtype, method, kernel, batch, heads, N,
+d, causal, calls, reps, median_ms, tflops, max_abs_diff_vs_sdpa, note; kernel is
+"<name>:<call>", e.g. "step24_backward_fp32:backward", "sdpa_efficient:backward"): the
+file scripts/docs/render-pages reads for the backward table's "operator" and "SDPA"
+columns (docs/results/current/backward_compare_<GPU>_<date>.csv). Exit status: 0, 1 when a
+step failed or gave a non-finite result, 2 when nothing could run (no GPU, no module).
+"""
+import argparse
+import csv
+import datetime
+import math
+import os
+import sys
+
+B, H = 4, 16
+LONG_N = 16384
+SDPA = "sdpa_efficient"
+CALLS = ("forward", "backward", "autograd")
+FIELDS = ["gpu", "date", "commit", "dtype", "method", "kernel", "batch", "heads", "N", "d", "causal", "calls", "reps",
+          "median_ms", "tflops", "max_abs_diff_vs_sdpa", "note"]
+NOT_CAPTURED = ("back_to_back only: autograd's backward of a graph recorded outside a capture runs on the "
+                "forward's stream and not on the capture's")
+
+
+def flops(call, n, d, causal):
+    """FLOPs of one call at B, H, N_q = N_kv = n: the forward's 4*B*H*n*n*d, x 2.5 for a backward, halved when causal."""
+    forward = 4.0 * B * H * n * n * d / (2 if causal else 1)
+    return forward if call == "forward" else 2.5 * forward
+
+
+def csv_rows(common, kernel, call, n, d, causal, timed, diff=None, note=""):
+    """The CSV rows of one kernel's call: one per method timed (timed = (K, {method: ms per call})), or one row
+    with only the note when nothing was timed (timed None). common holds gpu, date, commit, dtype and reps."""
+    calls, ms_by_method = timed if timed else ("", {})
+    shape = dict(common, kernel=f"{kernel}:{call}", batch=B, heads=H, N=n, d=d, causal=int(causal),
+                 max_abs_diff_vs_sdpa="" if diff is None else f"{diff:.3e}",
+                 note=note.replace(",", ";"))  # no quoted fields: the docs' awk tools split on commas
+    if not ms_by_method:
+        return [dict(shape, method="", calls="", reps="", median_ms="", tflops="")]
+    return [dict(shape, method=method, calls=calls, median_ms=f"{ms:.4f}",
+                 tflops=f"{flops(call, n, d, causal) / (ms * 1e-3) / 1e12:.4f}")
+            for method, ms in ms_by_method.items()]
+
+
+def parse_lengths(text, flag):
+    """'1024,4096' -> [1024, 4096]; argparse's error for anything else."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{flag} takes positive integers, comma-separated; got '{text}'")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{flag} takes positive integers, comma-separated; got '{text}'")
+    return values
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", help="the CSV to write (replaced if it exists)")
+    ap.add_argument("--python-dir", default=os.path.join("build-gpu", "python"),
+                    help="the folder holding the flash_steps package (default build-gpu/python)")
+    ap.add_argument("--seq", default=[1024, 4096], type=lambda t: parse_lengths(t, "--seq"),
+                    help="sequence lengths N_q = N_kv (default 1024,4096)")
+    ap.add_argument("--long", action="store_true", help=f"also N = {LONG_N} (a few more minutes)")
+    ap.add_argument("--head-dims", default=[64, 128], type=lambda t: parse_lengths(t, "--head-dims"),
+                    help="head dimensions d (default 64,128)")
+    ap.add_argument("--steps", default=None, help="only these backward steps (numbers or names, comma-separated)")
+    args = ap.parse_args(argv)
+    if args.long and LONG_N not in args.seq:
+        args.seq.append(LONG_N)
+    return args
+
+
+def time_pair(time_sustained, CaptureError, mine, theirs, capture):
+    """Times the step's call and SDPA's (None: SDPA could not run) by the same methods; returns (K, {method: ms})
+    for each (None for SDPA's when it did not run) and a note. With capture, both get cuda_graph too unless either
+    cannot be captured; then both are timed back_to_back only, and the note says which and why."""
+    if not capture:
+        return (time_sustained(mine, capture=False), theirs and time_sustained(theirs, capture=False),
+                NOT_CAPTURED)
+    results, failed = [], []
+    for name, call in (("the step", mine), ("SDPA", theirs)):
+        if call is None:
+            results.append(None)
+            continue
+        try:
+            results.append(time_sustained(call))
+        except CaptureError as e:
+            failed.append(f"{name}'s call cannot be captured in a CUDA graph ({e})")
+            results.append(time_sustained(call, capture=False))
+    if not failed:
+        return results[0], results[1], ""
+    only_b2b = [r and (r[0], {"back_to_back": r[1]["back_to_back"]}) for r in results]
+    return only_b2b[0], only_b2b[1], "back_to_back only: " + "; ".join(failed)
+
+
+def measure(fsp, name, n, d, causal, common, log):
+    """The rows of one problem: the step `name` and SDPA, each call by each method. Returns (rows, failures)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from check_pytorch import CaptureError, short_error, time_sustained
+
+    gen = torch.Generator(device="cuda").manual_seed(2026)
+    q, k, v, d_o = (torch.randn(B, H, n, d, device="cuda", generator=gen) for _ in range(4))
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]  # autograd's inputs: the same values
+    step_op, step_backward = fsp.OPS[name], fsp.BACKWARD_OPS[name]
+    try:
+        o, lse = step_op(q, k, v, causal, None)
+        grads = step_backward(q, k, v, o, lse, d_o, causal, None, False)
+        with torch.enable_grad():
+            graph_o = step_op(*leaves, causal, None)[0]
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - a step that fails is a failure, said in full
+        log(f"backward_compare.py: {name} failed at N={n} d={d} causal={causal}: {type(e).__name__}: {e}")
+        return [r for call in CALLS for r in csv_rows(common, name, call, n, d, causal, None,
+                                                      note=f"failed: {short_error(e)}")], 1
+    mine = {"forward": lambda: step_op(q, k, v, causal, None),
+            "backward": lambda: step_backward(q, k, v, o, lse, d_o, causal, None, False),
+            "autograd": lambda: torch.autograd.grad(graph_o, leaves, d_o, retain_graph=True)}
+
+    # SDPA's EFFICIENT_ATTENTION: the operators its autograd formula pairs (forward with the logsumexp, as when
+    # training; the backward of dQ, dK, dV and no bias), and the same through autograd.
+    theirs, sdpa_error, diffs = {}, "", {}
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention
+    efficient_backward = torch.ops.aten._scaled_dot_product_efficient_attention_backward
+    try:
+        sdpa_o, sdpa_lse, seed, offset = efficient(q, k, v, None, True, 0.0, causal)
+        wanted = [True, True, True, False]
+        theirs["forward"] = lambda: efficient(q, k, v, None, True, 0.0, causal)
+        theirs["backward"] = lambda: efficient_backward(d_o, q, k, v, None, sdpa_o, sdpa_lse, seed, offset, 0.0,
+                                                        wanted, causal)
+        sdpa_grads = theirs["backward"]()[:3]
+        with torch.enable_grad(), sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            graph_sdpa = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        theirs["autograd"] = lambda: torch.autograd.grad(graph_sdpa, leaves, d_o, retain_graph=True)
+        torch.cuda.synchronize()
+        diffs["forward"] = (o - sdpa_o).abs().max().item()
+        diffs["backward"] = diffs["autograd"] = max((a - b).abs().max().item() for a, b in zip(grads, sdpa_grads))
+        del sdpa_grads
+    except Exception as e:  # noqa: BLE001 - SDPA refusing is recorded, and the step is still timed
+        torch.cuda.synchronize()
+        sdpa_error = f"SDPA EFFICIENT_ATTENTION failed: {short_error(e)}"
+        log(f"backward_compare.py: N={n} d={d} causal={causal}: {sdpa_error}")
+        theirs = {}  # a call half set up is not timed
+    del grads
+    failures = 0
+    for call, diff in diffs.items():
+        if not math.isfinite(diff):
+            log(f"backward_compare.py: {name}'s {call} is not finite at N={n} d={d} causal={causal}")
+            failures += 1
+    rows = []
+    for call in CALLS:
+        timed_mine, timed_theirs, note = time_pair(time_sustained, CaptureError, mine[call], theirs.get(call),
+                                                   capture=call != "autograd")
+        note = "; ".join(x for x in (note, sdpa_error) if x)
+        rows += csv_rows(common, name, call, n, d, causal, timed_mine, diffs.get(call), note)
+        rows += csv_rows(common, SDPA, call, n, d, causal, timed_theirs, None, note)
+    return rows, failures
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError as e:
+        print(f"backward_compare.py needs PyTorch ({e})", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("backward_compare.py needs a CUDA GPU and PyTorch built with CUDA", file=sys.stderr)
+        return 2
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from check_pytorch import REPETITIONS, commit_of_checkout, picked  # one timing module for every comparison
+    sys.path.insert(0, os.path.abspath(args.python_dir))
+    try:
+        import flash_steps.pytorch as fsp
+    except Exception as e:  # noqa: BLE001 - any failure to import is the same answer: which folder, and why
+        print(f"backward_compare.py: cannot import flash_steps.pytorch from {args.python_dir} "
+              f"({type(e).__name__}: {e}); build the target flash_steps_python, or pass --python-dir", file=sys.stderr)
+        return 2
+    steps = [s for s in fsp.BACKWARD_OPS if picked(s, args.steps)]
+    if not steps:
+        print(f"backward_compare.py: no backward step's operator in this build{' among --steps ' + args.steps if args.steps else ''}"
+              f" (backward operators: {' '.join(fsp.BACKWARD_OPS) or 'none'})", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    common = dict(gpu=torch.cuda.get_device_name(), date=datetime.date.today().isoformat(),
+                  commit=commit_of_checkout(), dtype="fp32", reps=REPETITIONS)
+    print(f"{common['gpu']}, torch {torch.__version__}, commit {common['commit']}: {' '.join(steps)} beside SDPA's "
+          f"EFFICIENT_ATTENTION, fp32 (TF32 off), B={B}, H={H}; ms per call, median of 5")
+    print(f"{'kernel':34} {'method':12} {'N':>6} {'d':>4} {'mask':6} {'ms':>9} {'TFLOP/s':>8} {'max|diff|':>9}  note")
+    os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
+    failures = 0
+    with open(args.csv, "w", newline="", encoding="utf-8") as f:  # row by row: a run cut short keeps what it measured
+        writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for name in steps:
+            for n in args.seq:
+                for d in args.head_dims:
+                    for causal in (False, True):
+                        rows, failed = measure(fsp, name, n, d, causal, common, lambda m: print(m, file=sys.stderr))
+                        failures += failed
+                        writer.writerows(rows)
+                        f.flush()
+                        for r in rows:
+                            print(f"{r['kernel']:34} {r['method']:12} {n:>6} {d:>4} {'causal' if causal else 'full':6} "
+                                  f"{r['median_ms']:>9} {r['tflops']:>8} {r['max_abs_diff_vs_sdpa']:>9}  {r['note']}")
+                        torch.cuda.empty_cache()
+    print(f"wrote {args.csv}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
