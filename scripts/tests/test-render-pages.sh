@@ -3,7 +3,7 @@
 # written as one line fills in, and what follows it up to the next block survives
 # (a one-line block once swallowed everything up to the next block's end marker), and
 # a run block inside a list item keeps the item's indentation (the Answers lists of
-# steps 11 and 12 once restarted at "1." after a run).
+# steps 11 and 12 once restarted at "1." after a run); the backward table's SDPA columns.
 # Registered with ctest (label cpu); exits 1 with a diff when a case fails.
 set -euo pipefail
 render=$(cd "$(dirname "$0")/../docs" && pwd)/render-pages
@@ -59,8 +59,40 @@ done
 [[ $(grep -c "^  return 1;$\|^return 1;$" "$tmp/step01_x/README.md") -eq 2 ]] || { echo "FAIL: the snippet is not shown twice"; failures=$((failures + 1)); }
 grep -q "^old$" "$tmp/step01_x/README.md" && { echo "FAIL: a stale body was kept"; failures=$((failures + 1)); }
 python3 "$render" --check "$tmp" >/dev/null || { echo "FAIL: --check after rendering"; failures=$((failures + 1)); }
+# The backward table: SDPA's figures come from the same-run file of the same GPU when there is
+# one (its ratio is the operator's over SDPA's), else from the kernels' file, said to be a
+# separate process. Made-up figures: 30 and 24 TFLOP/s give the ratio 1.25.
+# has PATTERN MESSAGE: a failure with MESSAGE unless step03's page has a line matching PATTERN.
+has() { grep -q -- "$1" "$tmp/step03_x/README.md" || { echo "FAIL: $2"; failures=$((failures + 1)); }; }
+mkdir -p "$tmp/step03_x" "$tmp/docs/results/current"
+printf '# Page\n<!-- backward: step03 -->\nafter the backward table\n' >"$tmp/step03_x/README.md"
+gpu="NVIDIA H100 80GB HBM3"
+{
+  echo "gpu,date,section,method,kernel,dtype,batch,heads,seq_q,seq_kv,head_dim,causal,calls,reps,median_ms,tflops,commit"
+  for what in forward:40 backward:32 backward_deterministic:20 ; do
+    echo "$gpu,2026-01-01,backward,back_to_back,step03_x:${what%%:*},fp32,4,16,1024,1024,64,0,9,5,1.0,${what#*:},abc"
+  done
+  echo "$gpu,2026-01-01,backward,back_to_back,sdpa_efficient:backward,fp32,4,16,1024,1024,64,0,9,5,1.0,16,abc"
+} >"$tmp/docs/results/current/gpu_backward_H100_2026-01-01.csv"
+python3 "$render" "$tmp" >/dev/null
+has "^| 1024 | 64 | none | 40.0 | 32.0 | 0.80 | 20.0 | 0.62 | 16.0 | 2.00 |$" "the backward table without a same-run file"
+has "not a same-run comparison" "the fallback does not say SDPA was timed in another process"
+{
+  echo "gpu,date,commit,dtype,method,kernel,batch,heads,N,d,causal,calls,reps,median_ms,tflops,max_abs_diff_vs_sdpa,note"
+  for method in back_to_back cuda_graph; do
+    echo "$gpu,2026-01-02,def,fp32,$method,step03_x:backward,4,16,1024,64,0,9,5,1.0,30,1e-6,"
+    echo "$gpu,2026-01-02,def,fp32,$method,sdpa_efficient:backward,4,16,1024,64,0,9,5,1.0,24,,"
+  done
+  echo "NVIDIA H200,2026-01-03,def,fp32,cuda_graph,sdpa_efficient:backward,4,16,1024,64,0,9,5,1.0,99,,"
+} >"$tmp/docs/results/current/backward_compare_H100_2026-01-02.csv"
+python3 "$render" "$tmp" >/dev/null
+has "^| 1024 | 64 | none | 40.0 | 32.0 | 0.80 | 20.0 | 0.62 | 30.0 | 24.0 | 1.25 |$" "the backward table with a same-run file"
+has "backward_compare_H100_2026-01-02.csv" "the backward table does not name its same-run file"
+has "^after the backward table$" "lost the line after the backward table"
+python3 "$render" --check "$tmp" >/dev/null || { echo "FAIL: --check after rendering the backward table"; failures=$((failures + 1)); }
 if [[ $failures -gt 0 ]]; then
-  cat "$tmp/step01_x/README.md"
+  cat "$tmp/step01_x/README.md" "$tmp/step03_x/README.md"
   exit 1
 fi
-echo "render-pages: one-line blocks fill in and keep what follows them; run blocks keep their indentation"
+echo "render-pages: one-line blocks fill in and keep what follows them; run blocks keep their indentation;"
+echo "the backward table takes SDPA's figures from the same-run file of its GPU, else says they are not same-run"
