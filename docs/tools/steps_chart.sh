@@ -7,7 +7,8 @@
 # written by scripts/gpu/round.sh), so a step appears as soon as its rows do.
 # Baselines: every row of any other CSV in docs/results/current whose kernel/step is not
 # a step (cublas_standard, torch_sdpa_*, sdpa_* of check_pytorch.py in bf16/fp16,
-# named with their dtype) measured on the same GPU and problem (B, H, N, d); where
+# named with their dtype; not a backward's rows, such as sdpa_efficient:backward) measured
+# on the same GPU and problem (B, H, N, d); where
 # several files have one, the newest file's. docs/results/archive/ is not read (its step
 # numbers are not today's). Writes
 #   OUTDIR/steps_tflops.svg   the chart (gnuplot; a log axis, every point labelled with its
@@ -62,7 +63,7 @@ for csv in $(ls "$results"/*.csv 2>/dev/null | sort -r); do
               hd = c["head_dim"] ? c["head_dim"] : c["d"]
               ok = k && q && hd && c["gpu"] && c["batch"] && c["heads"] && c["causal"] && c["tflops"]
               next }
-    ok && $c["tflops"] != "" && $k !~ /^step[0-9]/ && (!c["dtype"] || index(dtypes, " " $c["dtype"] " ")) {
+    ok && $c["tflops"] != "" && $k !~ /^step[0-9]/ && $k !~ /:(backward|autograd)/ && (!c["dtype"] || index(dtypes, " " $c["dtype"] " ")) {
       key = $c["gpu"] "|" $c["batch"] "|" $c["heads"] "|" $q "|" $kv "|" $hd
       # A baseline in bf16 or fp16 (check_pytorch.py --dtype) is named with its dtype.
       name = $k (c["dtype"] && $c["dtype"] != "fp32" ? " (" $c["dtype"] ")" : "")
