@@ -5,8 +5,8 @@ Usage: scripts/gpu/backward_compare.py CSV [--python-dir build-gpu/python] [--se
            [--head-dims 64,128] [--steps 24]
 
 For each GPU step with a backward pass (flash_steps.pytorch.BACKWARD_OPS; today step 24, fp32)
-and SDPA forced to EFFICIENT_ATTENTION (xFormers' memory-efficient kernels, the SDPA backend
-with an fp32 backward), on the same float32 tensors (TF32 off), B = 4, H = 16,
+and SDPA forced to EFFICIENT_ATTENTION (xFormers' memory-efficient kernels, the one fused SDPA backend
+that takes fp32), on the same float32 tensors (TF32 off), B = 4, H = 16,
 N_q = N_kv in --seq (--long adds 16384), d in --head-dims, causal off and on. Three calls
 of each, all timed by check_pytorch.py's time_sustained(), in this one process:
 
@@ -30,7 +30,8 @@ forward's stream, which the capture does not own.
 
 TFLOP/s: 4*B*H*N_q*N_kv*d for the forward, 2.5 x that for backward and autograd, halved
 when causal (common/'s counts). Before timing, the step's O and gradients are compared
-with SDPA's (max_abs_diff_vs_sdpa: a sanity check; a non-finite result is a failure).
+with SDPA's (max_abs_diff_vs_sdpa: a sanity check); a non-finite O, L or gradient of the
+step is a failure.
 Writes CSV row by row (columns gpu, date, commit, dtype, method, kernel, batch, heads, N,
 d, causal, calls, reps, median_ms, tflops, max_abs_diff_vs_sdpa, note; kernel is
 "<name>:<call>", e.g. "step24_backward_fp32:backward", "sdpa_efficient:backward"): the
@@ -41,7 +42,6 @@ step failed or gave a non-finite result, 2 when nothing could run (no GPU, no mo
 import argparse
 import csv
 import datetime
-import math
 import os
 import sys
 
@@ -147,6 +147,10 @@ def measure(fsp, name, n, d, causal, common, log):
         log(f"backward_compare.py: {name} failed at N={n} d={d} causal={causal}: {type(e).__name__}: {e}")
         return [r for call in CALLS for r in csv_rows(common, name, call, n, d, causal, None,
                                                       note=f"failed: {short_error(e)}")], 1
+    failures = 0
+    if not all(torch.isfinite(t).all().item() for t in (o, lse, *grads)):  # whatever SDPA does below
+        log(f"backward_compare.py: {name} gave a non-finite O, L or gradient at N={n} d={d} causal={causal}")
+        failures += 1
     mine = {"forward": lambda: step_op(q, k, v, causal, None),
             "backward": lambda: step_backward(q, k, v, o, lse, d_o, causal, None, False),
             "autograd": lambda: torch.autograd.grad(graph_o, leaves, d_o, retain_graph=True)}
@@ -176,11 +180,6 @@ def measure(fsp, name, n, d, causal, common, log):
         log(f"backward_compare.py: N={n} d={d} causal={causal}: {sdpa_error}")
         theirs = {}  # a call half set up is not timed
     del grads
-    failures = 0
-    for call, diff in diffs.items():
-        if not math.isfinite(diff):
-            log(f"backward_compare.py: {name}'s {call} is not finite at N={n} d={d} causal={causal}")
-            failures += 1
     rows = []
     for call in CALLS:
         timed_mine, timed_theirs, note = time_pair(time_sustained, CaptureError, mine[call], theirs.get(call),
