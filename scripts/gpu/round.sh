@@ -40,7 +40,8 @@
 # into docs/results/current/gpu_backward_<GPU>_<date>.csv, then scripts/gpu/backward_compare.py
 # (their torch operators beside SDPA's EFFICIENT_ATTENTION backward, fp32, in one process; the
 # same shapes, and N = 16384 too with FLASH_BACKWARD_LONG=1) into
-# docs/results/current/backward_compare_<GPU>_<date>.csv: the step pages' "backward" tables.
+# docs/results/current/backward_compare_<GPU>_<date>.csv (each _run2, _run3, ... when the name is
+# taken): the step pages' "backward" tables.
 # About 2 + 2 minutes on an H100 (4 more with FLASH_BACKWARD_LONG=1); it needs the targets
 # gpu_bench and flash_steps_python.
 # FLASH_BUILD_TARGETS: build only these targets (e.g. for the perf phase alone:
@@ -62,6 +63,13 @@ declare -a summary=()
 note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 # picked LIST PROGRAM: whether PROGRAM's step (stepNN) is in LIST ("step11 step14"); an empty LIST picks every step.
 picked() { [[ -z $1 || " $1 " == *" $(basename "$2" | cut -c1-6) "* ]]; }
+# unused_name BASE EXT: BASE.EXT, or BASE_run2.EXT, _run3, ... when that name is taken: a round never
+# overwrites an earlier round's file (the pages cite files by name).
+unused_name() {
+  local to="$1.$2" run=1
+  while [[ -e $to ]]; do run=$((run + 1)); to="$1_run$run.$2"; done
+  echo "$to"
+}
 fail() {
   echo "gpu_round: FAILED: $1 (log: $2)" >&2
   tail -n 40 "$2" >&2 || true
@@ -142,8 +150,8 @@ if want backward; then
   # backward in one process (backward_compare.py); each CSV one GPU, both by the same timing.
   results=${FLASH_ROUND_RESULTS:-docs/results/current}
   mkdir -p "$results"
-  backward_csv="$results/gpu_backward_${gpu_tag}_${day}.csv"
-  compare_csv="$results/backward_compare_${gpu_tag}_${day}.csv"
+  backward_csv=$(unused_name "$results/gpu_backward_${gpu_tag}_${day}" csv)
+  compare_csv=$(unused_name "$results/backward_compare_${gpu_tag}_${day}" csv)
   echo "== backward 1/2: gpu_bench --sections backward ($gpu_name)"
   start=$SECONDS
   "$build"/bin/gpu_bench --sections backward --csv "$out/gpu_backward.csv" >"$out/backward_gpu_bench.txt" 2>&1 ||
@@ -266,8 +274,7 @@ for pair in gpu_bench.csv:gpu_bench resources.txt:gpu_resources \
   from=$out/${pair%%:*}
   [[ -s $from ]] || continue
   ext=${from##*.}; [[ $ext == log ]] && ext=txt
-  to=$results/${pair#*:}_${gpu_tag}_$day.$ext run=1
-  while [[ -e $to ]]; do run=$((run + 1)); to=$results/${pair#*:}_${gpu_tag}_${day}_run$run.$ext; done
+  to=$(unused_name "$results/${pair#*:}_${gpu_tag}_$day" "$ext")
   cp "$from" "$to"
   note "${pair#*:}" "$to"
 done
