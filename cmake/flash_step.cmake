@@ -1,4 +1,5 @@
-# flash_add_step(<name> SOURCES <files...> [LIBRARIES <targets...>] [CUDA [HOPPER] [TESTS <flags...>]])
+# flash_add_step(<name> SOURCES <files...> [LIBRARIES <targets...>] [CUDA [HOPPER] [TESTS <flags...>]]
+#                [HOST_TESTS <files...>])
 #
 # "A step = a library + a program + a test executable", written once:
 #   <name>_lib    the step's kernel (attention.cpp or attention.cu)
@@ -13,13 +14,15 @@
 #   CAUSAL_TAILS    causal with N_q != N_kv at lengths just off the tile sizes
 #   SCALE_SIGNS     every sign of the scale at every d
 #   NO_SPILLS_AT_<d>, NO_SPILLS_AT_EVERY_D   no spills in the resource report
+# HOST_TESTS: a CUDA step's tests of host-side arithmetic (no GPU needed), built as
+# <name>_host_tests and labelled `cpu`, so that they run on every machine.
 # A CUDA step's tests carry the label `gpu` and report "skipped" (exit 77)
 # on a machine without a GPU. Nothing happens for a CUDA step when CUDA is
 # not configured. A HOPPER step is built for sm_90a only (wgmma and setmaxnreg
 # exist on no other target), whatever CMAKE_CUDA_ARCHITECTURES says; its tests
 # report "skipped" on a GPU that is not Hopper.
 function(flash_add_step name)
-  cmake_parse_arguments(STEP "CUDA;HOPPER" "" "SOURCES;LIBRARIES;TESTS" ${ARGN})
+  cmake_parse_arguments(STEP "CUDA;HOPPER" "" "SOURCES;LIBRARIES;TESTS;HOST_TESTS" ${ARGN})
   if(STEP_TESTS AND NOT STEP_CUDA)
     message(FATAL_ERROR "${name}: TESTS flags are for the suite of CUDA steps")
   endif()
@@ -44,6 +47,14 @@ function(flash_add_step name)
 
   file(GLOB test_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/test_*.cpp
                                            ${CMAKE_CURRENT_SOURCE_DIR}/test_*.cu)
+  list(TRANSFORM STEP_HOST_TESTS PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
+  if(STEP_HOST_TESTS)
+    list(REMOVE_ITEM test_sources ${STEP_HOST_TESTS})
+    add_executable(${name}_host_tests ${STEP_HOST_TESTS})
+    target_include_directories(${name}_host_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+    target_link_libraries(${name}_host_tests PRIVATE flash_common flash_testing flash_test_main)
+    doctest_discover_tests(${name}_host_tests TEST_PREFIX "${name}: " PROPERTIES LABELS cpu)
+  endif()
   add_executable(${name}_tests ${test_sources})
   if(STEP_CUDA)
     target_sources(${name}_tests PRIVATE ${PROJECT_SOURCE_DIR}/common/cuda/test_gpu_steps.cpp)

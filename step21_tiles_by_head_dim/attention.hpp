@@ -1,5 +1,5 @@
 /// \file step21_tiles_by_head_dim/attention.hpp
-/// \brief step21_tiles_by_head_dim: step 16 with the block's shape by d: three consumer warpgroups (B_r = 192) at d = 64 (sm_90a).
+/// \brief step21_tiles_by_head_dim: step 20 with the block's shape by d: three consumer warpgroups (B_r = 192) at d = 64 (sm_90a).
 #pragma once
 
 #include <cstdint>
@@ -8,10 +8,10 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 17: step 16 with B_r = 192 (three consumer warpgroups of 160 registers) at d = 64.
+/// Step 21: step 20 with B_r = 192 (three consumer warpgroups of 160 registers) at d = 64.
 namespace step21 {
 
-/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 16, with
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 20, with
 /// B_r = 192 (three consumer warpgroups) at d = 64 and 128 (two) at d = 128; B_c = 128.
 /// `result.extra` holds the kernel's resource report (tiles, shared memory,
 /// registers, spill bytes). Throws InputError (d not 64 or 128, fp32 asked for,

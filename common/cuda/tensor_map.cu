@@ -29,9 +29,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }  // namespace
 
 CUtensorMap make_tensor_map(const void* base, bool half, int64_t batch_heads, int64_t rows, int64_t d, int box_rows) {
-  if (d % tma::kBoxCols != 0) {
-    throw InputError("head_dim " + std::to_string(d) + " is not a multiple of " + std::to_string(tma::kBoxCols) +
-                     " (a TMA box row is 128 bytes)");
+  if (d % 8 != 0) {
+    throw InputError("head_dim " + std::to_string(d) + " is not a multiple of 8 (TMA's rows are whole 16 bytes)");
   }
   const tma::TensorMapLayout layout = tma::tensor_map_layout(batch_heads, rows, d, box_rows);
   const cuuint32_t element_strides[3] = {1, 1, 1};

@@ -30,7 +30,8 @@ struct TensorMapLayout {
 };
 
 /// The layout of a (batch_heads, rows, d) array of 16-bit elements, copied in boxes of
-/// `box_rows` rows. Requires d a multiple of 64 and 1 ≤ box_rows ≤ 256 (TMA's limit).
+/// `box_rows` rows. Requires d a multiple of 8 (16-byte rows) and 1 ≤ box_rows ≤ 256 (TMA's
+/// limit); a tile ⌈d/64⌉ boxes wide gets zeros in its columns past d.
 FLASH_HOST_DEVICE constexpr TensorMapLayout tensor_map_layout(int64_t batch_heads, int64_t rows, int64_t d, int box_rows) {
   return {{uint64_t(d), uint64_t(rows), uint64_t(batch_heads)},
           {uint64_t(d) * 2, uint64_t(rows) * uint64_t(d) * 2},
