@@ -337,11 +337,12 @@ def test_bad_tensors_are_refused_with_the_steps_message(step):
         step.launch(q, k, v, o[:, :1], lse, torch.empty(1 << 20, dtype=torch.uint8, device=DEVICE))
     with pytest.raises(ValueError, match="^o shares memory with q"):
         step.launch(q, k, v, q, lse, torch.empty(1 << 20, dtype=torch.uint8, device=DEVICE))
-    if step.workspace_bytes(step.check_inputs(q, k, v)):
+    nbytes = step.workspace_bytes(step.check_inputs(q, k, v))
+    if nbytes:
         with pytest.raises(ValueError, match="needs a workspace of"):
             step.launch(q, k, v, o, lse)
         with pytest.raises(ValueError, match="workspace must hold at least"):
-            step.launch(q, k, v, o, lse, torch.empty(4, dtype=torch.uint8, device=DEVICE))
+            step.launch(q, k, v, o, lse, torch.empty(nbytes - 1, dtype=torch.uint8, device=DEVICE))
     # After all of that the GPU is still usable: nothing was launched on bad input.
     o, lse = step.attention_forward(q, k, v, causal=True)
     torch.cuda.synchronize()
