@@ -30,10 +30,11 @@ the saved tensors and dO. dQ is summed by atomics unless
 ``torch.use_deterministic_algorithms(True)`` is on, which asks the step for its fixed-order
 dQ. L is returned marked non-differentiable: a loss that uses L gets no gradient through it
 (as in FlashAttention's own ``flash_attn_func``). The operators of the forward-only steps
-refuse ``backward()`` with a RuntimeError naming the steps that have one. Unlike
-``Step.attention_forward``, the operator does not scan the inputs for NaN or infinity
-(that needs a wait for the GPU, which has no place in a compiled graph): NaN in, NaN out,
-as with SDPA.
+refuse ``backward()`` with a RuntimeError naming the steps that have one. Like SDPA, and
+like ``Step.attention_forward`` unless asked (``check_finite=True``), the operator does not
+scan the inputs for NaN or infinity (that needs a wait for the GPU, which has no place in a
+compiled graph): NaN in, NaN out. It only enqueues the kernel on the current stream, so it
+can be captured in a CUDA graph.
 """
 
 import re
@@ -68,18 +69,11 @@ def _register(step):
     @torch.library.custom_op(f"flash_steps::{step.name}", mutates_args=())
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                 scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        # detach: a tensor that requires grad refuses __dlpack__; contiguous: DLPack lends no views.
-        q, k, v = (t.detach().contiguous() for t in (q, k, v))
-        # The current stream, for the kernel and for every __dlpack__: the tensors were
-        # made on it, so no event is recorded (and CUDA graph capture is not disturbed).
-        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
-        shape = step.check_inputs(q, k, v, stream=stream)  # the step's one-line errors, before allocating
-        o = torch.empty_like(q)  # Q's dtype: the precision the step computes in
-        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-        nbytes = step.workspace_bytes(shape)
-        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
-        step.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream)
-        return o, lse
+        # contiguous: DLPack lends no views (a transposed layout is copied, as SDPA copies it).
+        # Then attention_forward's path for PyTorch tensors: on the current stream (the
+        # tensors were made on it, so nothing waits and CUDA graph capture is not disturbed),
+        # the step's one-line errors, no scan for NaN, nothing waited for.
+        return flash_steps._Torch.forward(step, q.contiguous(), k.contiguous(), v.contiguous(), causal, scale)
 
     @forward.register_fake
     def _(q, k, v, causal, scale):

@@ -2,7 +2,8 @@
 
 The tolerance rule: a step's max error against the fp64 reference is at most twice the
 max error of fp32 standard attention on the same inputs, plus 1e-6. check_result is
-the C++ function itself, so Python and C++ judge a step alike.
+the C++ function itself, so Python and C++ judge a step alike. Also the switch of the host
+timing, which needs no GPU.
 """
 import numpy as np
 import pytest
@@ -211,3 +212,10 @@ def test_a_steps_output_is_a_function_of_its_inputs(step, rng):
     worker.join()
     o, lse = answers[0]
     assert o.tobytes() == expected_o.tobytes() and lse.tobytes() == expected_lse.tobytes(), "a worker thread"
+
+
+def test_host_timing_is_off_until_asked_and_reports_by_phase():
+    flash_steps._native.host_times()  # empties the totals
+    flash_steps._native.host_timing(True)
+    flash_steps._native.host_timing(False)
+    assert flash_steps._native.host_times() == {}  # no launch was made: nothing timed
