@@ -80,6 +80,7 @@ __all__ = [
     "gpu_available",
     "gpu_steps",
     "backward_steps",
+    "fastest_step",
     "reference_attention",
     "reference_backward",
     "step",
@@ -386,6 +387,24 @@ def gpu_steps():
 def backward_steps():
     """The built steps with a backward pass (``Step.has_backward``), in teaching order."""
     return [s for s in _STEPS if s.has_backward]
+
+
+def fastest_step(head_dim, dtype, compute_capability=0, *, backward=False):
+    """The last built GPU step, the fastest rung, that takes CUDA tensors of ``dtype``
+    ('float32', 'bfloat16', 'float16') with this head dimension on a GPU of
+    ``compute_capability`` (major*10 + minor; 0: any); with ``backward=True``, among the
+    steps with a backward pass, else among the forward steps (a backward step's forward is
+    an earlier step's). None when no built step does."""
+    return _fastest(gpu_steps(), head_dim, dtype, compute_capability, backward)
+
+
+def _fastest(candidates, head_dim, dtype, compute_capability, backward):
+    for s in reversed(candidates):
+        if ((s.has_backward if backward else not s.extends) and dtype in s.dtypes
+                and (not s.head_dims or head_dim in s.head_dims)
+                and (compute_capability == 0 or s.compute_capability in (0, compute_capability))):
+            return s
+    return None
 
 
 def step(key):

@@ -382,6 +382,21 @@ def test_the_operator_is_captured_in_a_cuda_graph_and_replays_bitwise_as_eager(s
     assert_matches_sdpa(q, k, v, o_graph, lse_graph, True, None, f"{step.name} replayed")
 
 
+def test_without_a_step_the_fastest_step_for_the_dtype_and_d_runs():
+    forward_steps = [s for s in GPU_STEPS if not s.extends]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for d in (32, 64, 96, 128):
+            takes = [s for s in forward_steps
+                     if str(dtype)[6:] in s.dtypes and (not s.head_dims or d in s.head_dims)]
+            if not takes:
+                continue
+            q, k, v = make_qkv(1, 2, 70, 90, d, dtype=dtype)
+            assert fsp.default_step(q) == takes[-1].name, (dtype, d)
+            o = fsp.scaled_dot_product_attention(q, k, v, is_causal=True)  # float32 too: no TypeError
+            expected, _ = getattr(torch.ops.flash_steps, takes[-1].name)(q, k, v, True, None)
+            assert torch.equal(o, expected), (dtype, d)
+
+
 def test_attention_forward_does_not_wait_by_default_and_host_phases_can_be_timed():
     step = flash_steps.step(fsp.DEFAULT_STEP)
     q, k, v = make_qkv(1, 1, 128, 128, 64, dtype=own_dtype(step))
