@@ -182,14 +182,22 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.floa
 _CAPABILITY = {}
 
 
-def _capability(device):
-    if device.type != "cuda":
-        return 0  # meta tensors: any step's fake implementation will do
-    index = device.index if device.index is not None else torch.cuda.current_device()
+def _capability_of(index):
     if index not in _CAPABILITY:
         major, minor = torch.cuda.get_device_capability(index)
         _CAPABILITY[index] = 10 * major + minor
     return _CAPABILITY[index]
+
+
+# torch.compile runs it once while it traces and takes the answer as a constant: no device
+# query in the graph (where it would break the graph).
+_capability_of = getattr(torch.compiler, "assume_constant_result", lambda f: f)(_capability_of)
+
+
+def _capability(device):
+    if device.type != "cuda":
+        return 0  # meta tensors: any step's fake implementation will do
+    return _capability_of(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def default_step(q, *, backward=False):
