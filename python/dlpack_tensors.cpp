@@ -5,11 +5,13 @@
 #include <cuda_runtime.h>
 #include <dlpack/dlpack.h>
 
+#include <atomic>
 #include <initializer_list>
 #include <utility>
 
 #include "common/cuda/cuda_check.cuh"
 #include "common/cuda/finite.cuh"
+#include "common/host_timing.hpp"
 #include "host_arrays.hpp"
 
 namespace flash_python {
@@ -79,24 +81,27 @@ std::string dtypes_text(const common::StepInfo& step, const char* last_separator
 class Borrowed {
  public:
   Borrowed(py::handle object, std::string name, int64_t stream) : name_(std::move(name)) {
+    if (PyCapsule_IsValid(object.ptr(), "dltensor")) {
+      // A capsule its framework made for the stream of this launch (flash_steps' PyTorch
+      // path: torch.utils.dlpack.to_dlpack of tensors on the current stream): nothing to
+      // wait for, and one call fewer into the framework's Python.
+      consume(object);
+      if (tensor().device.device_type != kDLCUDA) throw not_on_gpu(int(tensor().device.device_type));
+      return;
+    }
     if (!py::hasattr(object, "__dlpack__") || !py::hasattr(object, "__dlpack_device__")) {
       throw py::type_error(name_ + " must be a CUDA tensor that supports DLPack (PyTorch, CuPy, JAX); got " +
                            type_name(object));
     }
     const py::tuple device = object.attr("__dlpack_device__")();
     const int type = py::int_(device[0]).cast<int>();
-    if (type != kDLCUDA) {
-      throw common::InputError(name_ + " is in " + device_type_name(type) +
-                               " memory; a GPU step takes CUDA tensors (NumPy arrays go through attention_forward)");
-    }
+    if (type != kDLCUDA) throw not_on_gpu(type);
     // The producer makes `stream` wait for the work that writes this tensor.
     const py::object capsule = object.attr("__dlpack__")(py::arg("stream") = stream);
     if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
       throw py::type_error(name_ + ": __dlpack__ returned no DLPack capsule named \"dltensor\"");
     }
-    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-    if (!managed || PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw py::error_already_set();
-    managed_ = managed;  // ours from here on: the capsule may go
+    consume(capsule);
   }
   Borrowed(Borrowed&& other) noexcept
       : name_(std::move(other.name_)), managed_(std::exchange(other.managed_, nullptr)) {}
@@ -153,24 +158,51 @@ class Borrowed {
  private:
   const DLTensor& tensor() const { return managed_->dl_tensor; }
 
+  /// Takes the tensor out of a "dltensor" capsule: renamed "used_dltensor", as the protocol
+  /// asks, so that only this object's destructor gives it back.
+  void consume(py::handle capsule) {
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+    if (!managed || PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw py::error_already_set();
+    managed_ = managed;  // ours from here on: the capsule may go
+  }
+
+  common::InputError not_on_gpu(int device_type) const {
+    return common::InputError(name_ + " is in " + device_type_name(device_type) +
+                              " memory; a GPU step takes CUDA tensors (NumPy arrays go through attention_forward)");
+  }
+
   std::string name_;
   DLManagedTensor* managed_ = nullptr;
 };
 
-/// Makes `device` current for the length of a call, then restores the previous one.
+/// Makes `device` current for the length of a call, then restores the previous one (no
+/// driver call at either end when it already is: the common case of one GPU).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     CUDA_CHECK(cudaGetDevice(&previous_));
     if (previous_ != device) CUDA_CHECK(cudaSetDevice(device));
+    changed_ = previous_ != device;
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  ~DeviceGuard() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
 
  private:
   int previous_ = 0;
+  bool changed_ = false;
 };
+
+/// common::cuda::require_gpu, asked of the driver until it has once found a GPU: a GPU
+/// does not go away between calls, and a launch from Python should not ask every time.
+void require_gpu_once(const std::string& step_name) {
+  static std::atomic<bool> found{false};
+  if (found.load(std::memory_order_relaxed)) return;
+  common::cuda::require_gpu(step_name);
+  found.store(true, std::memory_order_relaxed);
+}
 
 /// Q, K and V borrowed and checked, the shape they give and the precision of their elements.
 struct Inputs {
@@ -183,7 +215,8 @@ Inputs borrow_inputs(const common::StepInfo& step, py::handle q, py::handle k, p
   if (!step.gpu) {
     throw py::type_error(step.name + " runs on the CPU: call attention_forward with NumPy arrays");
   }
-  common::cuda::require_gpu(step.name);  // first: without a GPU, that is what a user needs to hear
+  const common::HostPhase timed("borrow and check q, k, v");
+  require_gpu_once(step.name);  // first: without a GPU, that is what a user needs to hear
   Inputs in{Borrowed(q, "q", stream), Borrowed(k, "k", stream), Borrowed(v, "v", stream), {}};
   // Q's dtype picks the precision; K and V must have the same (a kernel reads one element type).
   in.precision = in.q.precision_for(step);
@@ -290,6 +323,7 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
   const Inputs in = borrow_inputs(step, q, k, v, dl_stream);
   const common::Shape& shape = in.shape;
   const DeviceGuard guard(in.q.device());
+  common::HostPhase timed("borrow and check o, lse, workspace");
   const Borrowed out_o(o, "o", dl_stream), out_lse(lse, "lse", dl_stream);
   require_output(out_o, to_dims(o_dims(shape)), in.q.device(), in.q.dtype(), "O has the inputs' dtype");
   require_output(out_lse, to_dims(lse_dims(shape)), in.q.device(), dl_dtype(common::Precision::fp32),
@@ -315,9 +349,14 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
   const std::optional<Borrowed> scratch = borrow_workspace(workspace, needed, "Step.workspace_bytes", in.q.device(),
                                                            dl_stream, {&in.q, &in.k, &in.v, &out_o, &out_lse}, step);
   if (scratch) args.workspace = scratch->data();
+  timed.stop();
 
-  if (check_finite) common::cuda::require_finite_inputs(args);
+  if (check_finite) {
+    const common::HostPhase scan("check_finite: scan q, k, v and wait");
+    common::cuda::require_finite_inputs(args);
+  }
   py::gil_scoped_release release;  // the launch only enqueues; other Python threads may run
+  const common::HostPhase launching("step launch (tensor maps, attribute, <<<>>>)");
   step.gpu->launch(args);
 }
 

@@ -46,7 +46,10 @@ common::Shape check_inputs(const common::StepInfo& step, py::handle q, py::handl
 int device_of(py::handle q);
 
 /// Runs `step`'s kernel on DLPack tensors: O and L are written in place, in the
-/// precision of Q's dtype (DeviceArgs::precision).
+/// precision of Q's dtype (DeviceArgs::precision). Each tensor is an object with
+/// `__dlpack__` (asked for a capsule on `stream`) or a "dltensor" capsule already made
+/// for `stream` by its framework (taken as it is: its producer's work must already be
+/// ordered before `stream`'s, as it is for PyTorch tensors on the current stream).
 /// `o` is [B, H, N_q, d] of Q's dtype, `lse` float32 [B, H, N_q], `workspace` at least
 /// step.gpu->workspace_bytes(shape) bytes (None when that is 0), all on Q's
 /// device, contiguous and sharing no memory with Q, K, V or each other. The

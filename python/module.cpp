@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "common/driver.hpp"
+#include "common/host_timing.hpp"
 #include "common/reference.hpp"
 #include "common/reference_backward.hpp"
 #include "common/step.hpp"
@@ -349,6 +351,9 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("shape"), py::arg("deterministic") = false,
            "bytes of device memory launch_backward() needs as `workspace` (0: none)")
+      .def_property_readonly(
+          "needs_workspace", [](const common::StepInfo& s) { return s.gpu && s.gpu->workspace_bytes != nullptr; },
+          "launch() needs device memory besides O and L (workspace_bytes(shape) says how much)")
       .def("workspace_bytes",
            [](const common::StepInfo& s, const common::Shape& shape) -> int64_t {
              return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape) : 0;
@@ -357,6 +362,21 @@ PYBIND11_MODULE(_native, m) {
       .def("__repr__", [](const common::StepInfo& s) { return "<Step " + s.name + ": " + s.title + ">"; });
 
   m.def("steps", [] { return tour::built_steps(); }, "every step built in this tree, in teaching order");
+  m.def("host_timing", &common::set_host_timing, py::arg("on"),
+        "times the host phases of each launch from now on (True) or no longer (False); see host_times()");
+  m.def("host_times",
+        [] {
+          py::dict by_phase;
+          for (const auto& [phase, total] : common::take_host_times()) {
+            by_phase[py::str(phase)] = py::make_tuple(total.calls, double(total.nanoseconds) * 1e-3);
+          }
+          return by_phase;
+        },
+        "{phase: (calls, microseconds in all)} of the host phases timed since the last call (which\n"
+        "starts the totals again); empty unless host_timing(True) or FLASH_STEPS_HOST_TIMING=1");
+  if (const char* env = std::getenv("FLASH_STEPS_HOST_TIMING"); env != nullptr && std::string(env) == "1") {
+    common::set_host_timing(true);
+  }
   m.def("unbuilt_steps", [] { return tour::unbuilt_steps(); },
         "steps whose directory exists but that this build left out (no CUDA compiler)");
   m.def("reference_attention", &flash_python::reference, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),

@@ -238,7 +238,7 @@ void launch(const common::DeviceArgs& a) {
   float* m = l + shape.lse_elements();
   const dim3 grid(unsigned(shape.batch_heads())), block(kThreads);
   const size_t shared_bytes = Tiles<d>::smem_bytes;
-  CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  common::cuda::allow_shared_memory(attention_kernel<d>, shared_bytes);
   attention_kernel<d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
       a.q_as<float>(), a.k_as<float>(), a.v_as<float>(), a.o_as<float>(), a.lse, l, m, int(shape.seq_q),
       int(shape.seq_kv), a.scale, a.causal);

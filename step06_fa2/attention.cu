@@ -213,7 +213,7 @@ void launch(const common::DeviceArgs& a) {
   const common::Shape& shape = a.shape;
   const dim3 grid(unsigned((shape.seq_q + Tiles<d>::Br - 1) / Tiles<d>::Br * shape.batch_heads())), block(kThreads);
   const size_t shared_bytes = Tiles<d>::smem_bytes;
-  CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  common::cuda::allow_shared_memory(attention_kernel<d>, shared_bytes);
   attention_kernel<d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
       a.q_as<float>(), a.k_as<float>(), a.v_as<float>(), a.o_as<float>(), a.lse, int(shape.seq_q),
       int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);

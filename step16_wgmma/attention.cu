@@ -285,7 +285,7 @@ void launch(const common::DeviceArgs& a) {
   };
   const dim3 grid(unsigned((shape.seq_q + Tiles<d>::Br - 1) / Tiles<d>::Br * shape.batch_heads())), block(kThreads);
   const size_t shared_bytes = Tiles<d>::smem_bytes;
-  CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  common::cuda::allow_shared_memory(attention_kernel<T, d>, shared_bytes);
   attention_kernel<T, d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
       map(a.q, shape.seq_q, Tiles<d>::Br), map(a.k, shape.seq_kv, Tiles<d>::Bc), map(a.v, shape.seq_kv, Tiles<d>::Bc),
       a.o_as<T>(), a.lse, int(shape.seq_q),

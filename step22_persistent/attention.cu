@@ -387,7 +387,7 @@ void launch(const common::DeviceArgs& a) {
   };
   const auto kernel = a.causal ? attention_kernel<T, d, true> : attention_kernel<T, d, false>;
   const size_t shared_bytes = Tiles<d>::smem_bytes;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
+  common::cuda::allow_shared_memory(kernel, shared_bytes);
   //! [grid]
   const int64_t Tr = (shape.seq_q + Tiles<d>::Br - 1) / Tiles<d>::Br;  // T_r query tiles a head
   if (Tr * shape.batch_heads() > INT_MAX) {

@@ -80,12 +80,19 @@ inline std::string wrong_gpu_message(const std::string& step_name, int needed, i
 /// (major·10 + minor); 0 accepts any device.
 inline void require_compute_capability(int needed, const std::string& step_name) {
   if (needed == 0) return;
-  int device = 0;
+  int device = 0, major = 0, minor = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", __FILE__, __LINE__);
+  // Two attributes, not cudaGetDeviceProperties: that one fills every field of the device's
+  // description and is slow; the name is asked for only to explain a refusal.
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute", __FILE__,
+        __LINE__);
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute", __FILE__,
+        __LINE__);
+  const int found = major * 10 + minor;
+  if (found == needed) return;
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", __FILE__, __LINE__);
-  const int found = prop.major * 10 + prop.minor;
-  if (found != needed) throw NoGpuError(wrong_gpu_message(step_name, needed, found, prop.name));
+  throw NoGpuError(wrong_gpu_message(step_name, needed, found, prop.name));
 }
 
 /// Throws InputError when `needed_bytes` exceed `free_bytes` of device memory, so

@@ -4,12 +4,15 @@
 
 #include <dlfcn.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 
 #include "common/cuda/device_buffer.cuh"
 #include "common/cuda/device_problem.cuh"
+#include "common/host_timing.hpp"
 
 namespace common::cuda {
 
@@ -19,6 +22,19 @@ bool nvidia_driver_present() {
   if (!handle) return false;
   dlclose(handle);
   return true;
+}
+
+void allow_shared_memory(const void* kernel, size_t bytes) {
+  const HostPhase timed("shared-memory attribute");
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> allowed;  // (kernel, device) -> bytes raised to
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& raised = allowed[{kernel, device}];
+  if (raised >= bytes) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  raised = bytes;
 }
 
 namespace {

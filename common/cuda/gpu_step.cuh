@@ -60,6 +60,18 @@ struct HeadDims {
 /// The stream of a launch, as CUDA's type.
 inline cudaStream_t stream_of(const DeviceArgs& args) { return static_cast<cudaStream_t>(args.stream); }
 
+/// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (a
+/// kernel gets 48 KB unless its attribute is raised). The attribute stays set on the device,
+/// so the driver is asked once per kernel, device and size, not at every launch: a launch
+/// from Python is a few microseconds of host work, and this is one driver call of it.
+void allow_shared_memory(const void* kernel, size_t bytes);
+
+/// The same for a kernel named by its function: `allow_shared_memory(attention_kernel<T, d>, shared_bytes);`
+template <class Kernel>
+void allow_shared_memory(Kernel* kernel, size_t bytes) {
+  allow_shared_memory(reinterpret_cast<const void*>(kernel), bytes);
+}
+
 /// The resource report of one kernel: `tiles` (e.g. B_r, B_c), then its shared
 /// memory per block, the registers per thread and local-memory (spill) bytes
 /// the compiler gave it, and the blocks per SM that these allow at `threads`.
@@ -67,7 +79,7 @@ template <class Kernel>
 Figures kernel_resources(Kernel* kernel, int threads, size_t smem_bytes, Figures tiles) {
   cudaFuncAttributes attributes{};
   CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
+  allow_shared_memory(kernel, smem_bytes);
   int blocks_per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, threads, smem_bytes));
   tiles.insert(tiles.end(), {{"threads", double(threads)},

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/cuda/cuda_check.cuh"
+#include "common/host_timing.hpp"
 
 namespace common::cuda {
 
@@ -26,9 +27,53 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return function;
 }
 
+/// What a tensor map is made from: the same key always encodes the same 128 bytes.
+struct MapKey {
+  const void* base;
+  bool half;
+  int64_t batch_heads, rows, d;
+  int box_rows;
+  bool operator==(const MapKey& o) const {
+    return base == o.base && half == o.half && batch_heads == o.batch_heads && rows == o.rows && d == o.d &&
+           box_rows == o.box_rows;
+  }
+};
+
+/// The last few maps this thread encoded. A model calls attention with the same shapes over
+/// and over, and PyTorch's caching allocator hands the same addresses back, so a launch from
+/// Python mostly finds its three maps here instead of asking the driver to encode them again.
+/// Per thread: no lock, and nothing shared between threads that launch at once.
+class MapCache {
+ public:
+  const CUtensorMap* find(const MapKey& key) const {
+    for (int i = 0; i < used_; ++i) {
+      if (entries_[i].key == key) return &entries_[i].map;
+    }
+    return nullptr;
+  }
+  void add(const MapKey& key, const CUtensorMap& map) {
+    entries_[next_] = {key, map};  // the oldest goes
+    next_ = (next_ + 1) % kEntries;
+    if (used_ < kEntries) ++used_;
+  }
+
+ private:
+  static constexpr int kEntries = 16;  // Q, K and V of a few layers' shapes
+  struct Entry {
+    MapKey key;
+    CUtensorMap map;
+  };
+  Entry entries_[kEntries]{};
+  int used_ = 0, next_ = 0;
+};
+
 }  // namespace
 
 CUtensorMap make_tensor_map(const void* base, bool half, int64_t batch_heads, int64_t rows, int64_t d, int box_rows) {
+  const HostPhase timed("tensor maps (make_tensor_map)");
+  thread_local MapCache cache;
+  const MapKey key{base, half, batch_heads, rows, d, box_rows};
+  if (const CUtensorMap* known = cache.find(key)) return *known;
   if (d % 8 != 0) {
     throw InputError("head_dim " + std::to_string(d) + " is not a multiple of 8 (TMA's rows are whole 16 bytes)");
   }
@@ -44,6 +89,7 @@ CUtensorMap make_tensor_map(const void* base, bool half, int64_t batch_heads, in
                     ", " + std::to_string(d) + ") tensor with boxes of " + std::to_string(box_rows) +
                     " rows (CUresult " + std::to_string(int(status)) + ")");
   }
+  cache.add(key, map);
   return map;
 }
 

@@ -17,7 +17,9 @@ namespace common::cuda {
 /// (`half`: fp16, else bf16), copied in boxes of (64, box_rows, 1) with the 128-byte
 /// swizzle, rows and columns outside the array filled with zeros (d = 96: the second box's
 /// columns 96 … 127). Throws CudaError when the driver refuses it (names the CUresult),
-/// InputError when d is not a multiple of 8.
+/// InputError when d is not a multiple of 8. A map is a pure function of these arguments:
+/// the last few each thread made are kept and handed back when asked for again (the same
+/// pointer and shape), without a call into the driver.
 CUtensorMap make_tensor_map(const void* base, bool half, int64_t batch_heads, int64_t rows, int64_t d, int box_rows);
 
 }  // namespace common::cuda

@@ -19,7 +19,8 @@ What a step takes, and what it gives back:
   and downloads O and L. O and L come back as NumPy arrays.
 * CUDA tensors of any framework that speaks DLPack (PyTorch, CuPy, JAX): the GPU steps,
   without a copy, on the caller's current stream (PyTorch's or CuPy's; the legacy
-  default stream for others). They must be contiguous and start on a 16-byte boundary:
+  default stream for others), not waited for (``check_finite=True`` adds a scan for NaN
+  and infinity and a wait for the stream). They must be contiguous and start on a 16-byte boundary:
   a view is refused, not silently copied, because the copy is the caller's to choose.
   O and L come back as tensors of the caller's framework: allocated by PyTorch or CuPy
   themselves (their allocators, their streams), for any other framework in device
@@ -33,7 +34,8 @@ What a step takes, and what it gives back:
 
 Bad input raises, with the programs' one-line message: a wrong type or dtype is a
 ``TypeError``; a wrong shape, sizes that disagree, an unsupported d, NaN or infinity in
-an input, a tensor on the wrong device are ``InputError`` (a ``ValueError``); no GPU is
+an input (NumPy arrays; CUDA tensors with ``check_finite=True``), a tensor on the wrong
+device are ``InputError`` (a ``ValueError``); no GPU is
 ``NoGpuError`` (a ``RuntimeError``); a CUDA error is a ``RuntimeError``.
 
 The steps with a backward pass (``Step.has_backward``: step23 on the CPU, step24 in fp32
@@ -78,6 +80,7 @@ __all__ = [
     "gpu_available",
     "gpu_steps",
     "backward_steps",
+    "fastest_step",
     "reference_attention",
     "reference_backward",
     "step",
@@ -104,13 +107,14 @@ class Step:
         self.precisions = list(native.precisions)  #: the precisions it computes in (--dtype), its own first
         self.uses_sram_budget = native.uses_sram_budget  #: tiles from an SRAM budget M
         self.has_backward = native.has_backward  #: has attention_backward
+        self.needs_workspace = native.needs_workspace  #: launch() takes a workspace (workspace_bytes)
         self.extends = native.extends  #: backward steps: the forward step this one extends ('' otherwise)
         #: backward steps: deterministic=True sums dQ in a fixed order instead of by atomics
         self.has_deterministic_option = native.has_deterministic_option
         self.short_name = self.name[:6]  #: 'step06' for step06_fa2: the C++ namespace, this module's attribute
 
     def attention_forward(self, q, k, v, causal=False, scale=None, *, dtype=None, stream=None,
-                          check_finite=True, sram_floats=0):
+                          check_finite=False, sram_floats=0):
         """(o, lse) for q [B, H, N_q, d], k and v [B, H, N_kv, d] (see the module's help).
 
         dtype: NumPy arrays: the precision to compute in, 'fp32', 'bf16' or 'fp16' (None: the
@@ -119,8 +123,9 @@ class Step:
         stream: GPU steps on CUDA tensors: the CUDA stream to run on, as an integer handle
             (default: the caller's framework's current stream).
         check_finite: GPU steps on CUDA tensors: refuse NaN and infinity in q, k, v, as the
-            programs do (one small kernel per tensor and a wait for the stream). NumPy
-            inputs are always checked.
+            programs do (one small kernel per tensor and a wait for the stream). Off by
+            default, as in SDPA (NaN in, NaN out): the call then only enqueues the kernel.
+            NumPy inputs are always checked.
         sram_floats: the SRAM budget M of the steps that derive tiles from it (0: default).
         """
         if isinstance(q, _np.ndarray) or not self.needs_gpu:
@@ -201,6 +206,28 @@ class _Torch:
         return x.detach()
 
     @staticmethod
+    def forward(step, q, k, v, causal, scale, check_finite=False):
+        """(o, lse) of ``step`` on PyTorch tensors, on the current stream: the torch operator's
+        path and attention_forward's. A small problem's time is this host work, so it does
+        only what a call needs: O and L from PyTorch's allocator, each tensor lent as a DLPack
+        capsule made for the current stream (``to_dlpack``: the tensors were made on that
+        stream, so nothing to wait for), and one call into the module that checks q, k, v and
+        the outputs, as launch() does, and enqueues the kernel. Not waited for unless
+        ``check_finite``."""
+        torch, to_dlpack, raw_stream = _torch_calls()
+        q, k, v = (t.detach() if t.requires_grad else t for t in (q, k, v))
+        stream = raw_stream(q.get_device()) if q.is_cuda else None
+        workspace = None
+        if step.needs_workspace:  # steps 4 and 5: m and l in global memory
+            nbytes = step.workspace_bytes(step.check_inputs(q, k, v, stream=stream))
+            workspace = to_dlpack(q.new_empty(nbytes, dtype=torch.uint8)) if nbytes else None
+        # O in the inputs' dtype, L in float32, as FlashAttention-2 returns them.
+        o, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+        step._native.launch(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(o), to_dlpack(lse), workspace,
+                            causal=causal, scale=scale, stream=stream, check_finite=check_finite)
+        return o, lse
+
+    @staticmethod
     def empty(shape, like, dtype=None):
         """Uninitialised [shape] on like's device: like's dtype, or 'float32' or 'uint8'."""
         import torch
@@ -231,6 +258,23 @@ class _CuPy:
 
 
 _FRAMEWORKS = {"torch": _Torch, "cupy": _CuPy}
+
+_TORCH_CALLS = None
+
+
+def _torch_calls():
+    """(torch, to_dlpack, the raw cudaStream_t of a device's current stream), looked up once."""
+    global _TORCH_CALLS
+    if _TORCH_CALLS is None:
+        import torch
+        from torch.utils.dlpack import to_dlpack
+
+        # The integer handle straight from PyTorch's C++ (what Inductor's generated code
+        # calls); torch.cuda.current_stream() builds a Stream object first.
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _TORCH_CALLS = (torch, to_dlpack,
+                        raw or (lambda device: torch.cuda.current_stream(device).cuda_stream))
+    return _TORCH_CALLS
 
 
 def _framework_name(x):
@@ -264,6 +308,8 @@ def _tensor_dtype(step, q, dtype, framework, stream):
 
 def _forward_on_gpu(step, q, k, v, causal, scale, dtype, stream, check_finite):
     framework = _FRAMEWORKS.get(_framework_name(q))
+    if framework is _Torch and stream is None and dtype is None and _framework_name(k) == _framework_name(v) == "torch":
+        return _Torch.forward(step, q, k, v, causal, scale, check_finite)
     if framework is not None:
         q, k, v = framework.lend(q), framework.lend(k), framework.lend(v)
         if stream is None:
@@ -341,6 +387,24 @@ def gpu_steps():
 def backward_steps():
     """The built steps with a backward pass (``Step.has_backward``), in teaching order."""
     return [s for s in _STEPS if s.has_backward]
+
+
+def fastest_step(head_dim, dtype, compute_capability=0, *, backward=False):
+    """The last built GPU step, the fastest rung, that takes CUDA tensors of ``dtype``
+    ('float32', 'bfloat16', 'float16') with this head dimension on a GPU of
+    ``compute_capability`` (major*10 + minor; 0: any); with ``backward=True``, among the
+    steps with a backward pass, else among the forward steps (a backward step's forward is
+    an earlier step's). None when no built step does."""
+    return _fastest(gpu_steps(), head_dim, dtype, compute_capability, backward)
+
+
+def _fastest(candidates, head_dim, dtype, compute_capability, backward):
+    for s in reversed(candidates):
+        if ((s.has_backward if backward else not s.extends) and dtype in s.dtypes
+                and (not s.head_dims or head_dim in s.head_dims)
+                and (compute_capability == 0 or s.compute_capability in (0, compute_capability))):
+            return s
+    return None
 
 
 def step(key):

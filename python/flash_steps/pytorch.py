@@ -30,10 +30,14 @@ the saved tensors and dO. dQ is summed by atomics unless
 ``torch.use_deterministic_algorithms(True)`` is on, which asks the step for its fixed-order
 dQ. L is returned marked non-differentiable: a loss that uses L gets no gradient through it
 (as in FlashAttention's own ``flash_attn_func``). The operators of the forward-only steps
-refuse ``backward()`` with a RuntimeError naming the steps that have one. Unlike
-``Step.attention_forward``, the operator does not scan the inputs for NaN or infinity
-(that needs a wait for the GPU, which has no place in a compiled graph): NaN in, NaN out,
-as with SDPA.
+refuse ``backward()`` with a RuntimeError naming the steps that have one. Like SDPA, and
+like ``Step.attention_forward`` unless asked (``check_finite=True``), the operator does not
+scan the inputs for NaN or infinity (that needs a wait for the GPU, which has no place in a
+compiled graph): NaN in, NaN out. It only enqueues the kernel on the current stream, so it
+can be captured in a CUDA graph.
+
+Without ``step``, ``attention`` and ``scaled_dot_product_attention`` run ``default_step(q)``:
+the last built step (the fastest) that takes q's dtype and head dimension on q's GPU.
 """
 
 import re
@@ -44,7 +48,7 @@ import torch
 import flash_steps
 
 __all__ = ["OPS", "BACKWARD_OPS", "DEFAULT_STEP", "DEFAULT_BACKWARD_STEP", "MIN_TORCH", "attention",
-           "scaled_dot_product_attention", "op"]
+           "default_step", "scaled_dot_product_attention", "op"]
 
 #: The oldest PyTorch this layer runs on: 2.4 brought ``torch.library.custom_op`` and ``register_fake``.
 MIN_TORCH = (2, 4)
@@ -68,18 +72,11 @@ def _register(step):
     @torch.library.custom_op(f"flash_steps::{step.name}", mutates_args=())
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                 scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        # detach: a tensor that requires grad refuses __dlpack__; contiguous: DLPack lends no views.
-        q, k, v = (t.detach().contiguous() for t in (q, k, v))
-        # The current stream, for the kernel and for every __dlpack__: the tensors were
-        # made on it, so no event is recorded (and CUDA graph capture is not disturbed).
-        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
-        shape = step.check_inputs(q, k, v, stream=stream)  # the step's one-line errors, before allocating
-        o = torch.empty_like(q)  # Q's dtype: the precision the step computes in
-        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-        nbytes = step.workspace_bytes(shape)
-        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
-        step.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream)
-        return o, lse
+        # contiguous: DLPack lends no views (a transposed layout is copied, as SDPA copies it).
+        # Then attention_forward's path for PyTorch tensors: on the current stream (the
+        # tensors were made on it, so nothing waits and CUDA graph capture is not disturbed),
+        # the step's one-line errors, no scan for NaN, nothing waited for.
+        return flash_steps._Torch.forward(step, q.contiguous(), k.contiguous(), v.contiguous(), causal, scale)
 
     @forward.register_fake
     def _(q, k, v, causal, scale):
@@ -169,21 +166,62 @@ OPS = {step.name: _register(step) for step in flash_steps.gpu_steps()}
 BACKWARD_OPS = {name: getattr(torch.ops.flash_steps, f"{name}_backward") for name in OPS
                 if flash_steps.step(name).has_backward}
 
-#: The step used when none is named and no gradient is needed: the last forward GPU step
-#: built (the fastest rung; a backward step's forward is an earlier step's).
+#: The last forward GPU step built (the fastest rung; a backward step's forward is an earlier
+#: step's): the step used when none is named, no gradient is needed, and no other tensors
+#: are given to choose by (default_step falls back from it by d, dtype and GPU).
 DEFAULT_STEP = next((s.name for s in reversed(flash_steps.gpu_steps()) if not s.extends), None)
 
-#: The step used when none is named and a gradient is needed: the last GPU step with a
-#: backward pass (step24_backward_fp32: float32 tensors).
+#: The last GPU step with a backward pass (step24_backward_fp32: float32 tensors): the step
+#: used when none is named and a gradient is needed, unless default_step finds a later fit.
 DEFAULT_BACKWARD_STEP = next(reversed(BACKWARD_OPS), None)
 
+#: The dtypes' names as Step.dtypes spells them.
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
-def op(step=None, *, backward=False):
-    """The operator of ``step`` (a name, short name, number or Step; None: DEFAULT_STEP, or
-    DEFAULT_BACKWARD_STEP with ``backward=True``: the step for a forward that will be differentiated)."""
+#: Compute capability (major*10 + minor) by CUDA device index, asked of PyTorch once a device.
+_CAPABILITY = {}
+
+
+def _capability_of(index):
+    if index not in _CAPABILITY:
+        major, minor = torch.cuda.get_device_capability(index)
+        _CAPABILITY[index] = 10 * major + minor
+    return _CAPABILITY[index]
+
+
+# torch.compile runs it once while it traces and takes the answer as a constant: no device
+# query in the graph (where it would break the graph).
+_capability_of = getattr(torch.compiler, "assume_constant_result", lambda f: f)(_capability_of)
+
+
+def _capability(device):
+    if device.type != "cuda":
+        return 0  # meta tensors: any step's fake implementation will do
+    return _capability_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def default_step(q, *, backward=False):
+    """The name of the step a call without ``step`` runs for query tensor ``q``: the last built
+    GPU step (the fastest) that takes q's dtype and head dimension on q's GPU (among the steps
+    with a backward pass when ``backward``), so that float32 tensors, or a d the Hopper steps
+    were not compiled for, fall back to an earlier step instead of being refused. Where no step
+    fits, DEFAULT_STEP (or DEFAULT_BACKWARD_STEP), whose one-line error says what it takes."""
+    chosen = flash_steps.fastest_step(q.shape[-1], _DTYPE_NAMES.get(q.dtype), _capability(q.device),
+                                      backward=backward)
+    if chosen is not None:
+        return chosen.name
+    return DEFAULT_BACKWARD_STEP if backward and DEFAULT_BACKWARD_STEP else DEFAULT_STEP
+
+
+def op(step=None, *, backward=False, like=None):
+    """The operator of ``step`` (a name, short name, number or Step). None: default_step(like)
+    when a query tensor ``like`` is given, else DEFAULT_STEP, or DEFAULT_BACKWARD_STEP with
+    ``backward=True`` (the step for a forward that will be differentiated)."""
     if not OPS:
         raise flash_steps.NoGpuError("this build of flash_steps has no GPU steps (it was built without CUDA)")
-    if step is None:
+    if step is None and like is not None:
+        name = default_step(like, backward=backward)
+    elif step is None:
         name = DEFAULT_BACKWARD_STEP if backward and DEFAULT_BACKWARD_STEP else DEFAULT_STEP
     elif isinstance(step, str) and step in OPS:
         name = step
@@ -197,12 +235,13 @@ def op(step=None, *, backward=False):
 def attention(q, k, v, causal=False, scale=None, *, step=None):
     """(o, lse) of ``step`` for CUDA tensors q [B, H, N_q, d], k and v [B, H, N_kv, d].
 
-    Differentiable through O when the step has a backward pass. step None: DEFAULT_STEP,
-    or DEFAULT_BACKWARD_STEP when autograd is recording and q, k or v requires grad."""
+    Differentiable through O when the step has a backward pass. step None: default_step(q),
+    the fastest built step for q's dtype, d and GPU; among the steps with a backward pass
+    when autograd is recording and q, k or v requires grad."""
     training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     # None reaches the step, which takes 1/sqrt(d): no arithmetic on a size that
     # torch.compile may have made symbolic.
-    return op(step, backward=training)(q, k, v, bool(causal), None if scale is None else float(scale))
+    return op(step, backward=training, like=q)(q, k, v, bool(causal), None if scale is None else float(scale))
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -211,7 +250,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     The same arguments, for CUDA tensors [B, H, N, d] of one of the step's dtypes (float32;
     bfloat16 or float16 for the steps that compute in them); O has the inputs' dtype, as
-    SDPA's does. The steps apply no mask
+    SDPA's does; step None: default_step(query). The steps apply no mask
     but the causal one (``is_causal``, top-left aligned as in SDPA) and no dropout: an
     ``attn_mask`` or a ``dropout_p`` is refused with a ValueError. ``enable_gqa``: K and V
     may have fewer heads than Q (a divisor), repeated to Q's as SDPA does.

@@ -2,8 +2,11 @@
 
 The tolerance rule: a step's max error against the fp64 reference is at most twice the
 max error of fp32 standard attention on the same inputs, plus 1e-6. check_result is
-the C++ function itself, so Python and C++ judge a step alike.
+the C++ function itself, so Python and C++ judge a step alike. Also the logic that picks
+the default GPU step (on a made-up ladder) and the switch of the host timing, which need no GPU.
 """
+import types
+
 import numpy as np
 import pytest
 
@@ -211,3 +214,52 @@ def test_a_steps_output_is_a_function_of_its_inputs(step, rng):
     worker.join()
     o, lse = answers[0]
     assert o.tobytes() == expected_o.tobytes() and lse.tobytes() == expected_lse.tobytes(), "a worker thread"
+
+
+def fake_step(name, dtypes, head_dims, compute_capability=0, extends="", has_backward=False):
+    """What fastest_step reads of a Step, for a ladder this build may not have."""
+    return types.SimpleNamespace(name=name, dtypes=dtypes, head_dims=head_dims, compute_capability=compute_capability,
+                                 extends=extends, has_backward=has_backward)
+
+
+#: A ladder like the full build's: fp32 steps, 16-bit steps for any GPU, Hopper steps for two d,
+#: and a backward step that extends an fp32 one.
+LADDER = [
+    fake_step("step08_fa2_pipelined", ["float32"], [32, 64, 96, 128]),
+    fake_step("step14_block_order", ["bfloat16", "float16"], [32, 64, 96, 128]),
+    fake_step("step21_tiles_by_head_dim", ["bfloat16", "float16"], [64, 128], compute_capability=90),
+    fake_step("step24_backward_fp32", ["float32"], [32, 64, 96, 128], extends="step08_fa2_pipelined",
+              has_backward=True),
+]
+
+
+@pytest.mark.parametrize("case", [
+    # (head_dim, dtype, compute capability, backward) -> the step chosen
+    ((64, "bfloat16", 90, False), "step21_tiles_by_head_dim"),  # the last rung where it fits
+    ((128, "float16", 90, False), "step21_tiles_by_head_dim"),
+    ((96, "bfloat16", 90, False), "step14_block_order"),  # d the Hopper step was not compiled for
+    ((64, "bfloat16", 80, False), "step14_block_order"),  # not a Hopper GPU
+    ((64, "bfloat16", 0, False), "step21_tiles_by_head_dim"),  # GPU unknown: any
+    ((64, "float32", 90, False), "step08_fa2_pipelined"),  # never a backward step for a forward
+    ((64, "float32", 90, True), "step24_backward_fp32"),
+    ((64, "bfloat16", 90, True), None),  # no 16-bit backward step
+    ((48, "bfloat16", 90, False), None),  # no step compiled for d = 48
+    ((64, "float64", 90, False), None),
+], ids=lambda c: "-".join(map(str, c[0])) if isinstance(c[0], tuple) else str(c))
+def test_the_default_falls_back_to_the_fastest_step_that_takes_the_dtype_and_d(case):
+    (head_dim, dtype, capability, backward), expected = case
+    chosen = flash_steps._fastest(LADDER, head_dim, dtype, capability, backward)
+    assert (chosen.name if chosen else None) == expected
+
+
+def test_fastest_step_looks_only_at_the_gpu_steps_of_this_build():
+    chosen = flash_steps.fastest_step(64, "float32")
+    expected = [s for s in flash_steps.gpu_steps() if not s.extends and "float32" in s.dtypes]
+    assert chosen is (expected[-1] if expected else None)
+
+
+def test_host_timing_is_off_until_asked_and_reports_by_phase():
+    flash_steps._native.host_times()  # empties the totals
+    flash_steps._native.host_timing(True)
+    flash_steps._native.host_timing(False)
+    assert flash_steps._native.host_times() == {}  # no launch was made: nothing timed

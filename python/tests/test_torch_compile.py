@@ -86,3 +86,16 @@ def test_dynamic_shapes_compile_once_for_many_lengths(dtype):
         q, k, v = make_qkv(1, 2, n, n, 64, dtype=getattr(torch, dtype))
         expected = fsp.scaled_dot_product_attention(q, k, v, is_causal=True, step=step)
         torch.testing.assert_close(compiled(q, k, v), expected, rtol=0, atol=0)
+
+
+def test_the_default_step_is_chosen_inside_a_fullgraph_compile():
+    # default_step(q) is plain Python over the steps' lists and q's dtype, d and GPU: traced
+    # by Dynamo without a graph break, once per dtype and d.
+    torch._dynamo.reset()
+    fsp._CAPABILITY.clear()  # asked for under tracing, not read from an eager call's cache
+    compiled = torch.compile(lambda q, k, v: fsp.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             fullgraph=True, backend="aot_eager")
+    for dtype in sorted({d for s in GPU_STEPS for d in s.dtypes}):
+        q, k, v = make_qkv(1, 2, 100, 100, 64, dtype=getattr(torch, dtype))
+        expected, _ = getattr(torch.ops.flash_steps, fsp.default_step(q))(q, k, v, True, None)
+        torch.testing.assert_close(compiled(q, k, v), expected, rtol=0, atol=0)

@@ -319,8 +319,8 @@ def test_bad_tensors_are_refused_with_the_steps_message(step):
     bad = q.clone()
     bad[0, 1, 7, 3] = float("inf")
     with pytest.raises(ValueError, match=r"^q holds inf at \[b=0, h=1, n=7, c=3\]; inputs must be finite numbers$"):
-        step.attention_forward(bad, k, v)
-    step.attention_forward(bad, k, v, check_finite=False)  # the caller's choice: no wait, inf in, NaN out
+        step.attention_forward(bad, k, v, check_finite=True)
+    step.attention_forward(bad, k, v)  # the default, as SDPA's: no scan, no wait, inf in, NaN out
     with pytest.raises(ValueError, match="scale must be a finite number"):
         step.attention_forward(q, k, v, scale=float("nan"))
     with pytest.raises(ValueError, match="stream must be a CUDA stream handle"):
@@ -354,3 +354,71 @@ def test_tensors_on_two_gpus_are_refused():
     q, k, v = make_qkv(1, 1, 16, 16, 64, dtype=own_dtype(GPU_STEPS[-1]))
     with pytest.raises(ValueError, match=r"^k is on cuda:1 but q is on cuda:0"):
         GPU_STEPS[-1].attention_forward(q, k.to("cuda:1"), v)
+
+
+@pytest.mark.parametrize("step", GPU_STEPS, ids=lambda s: s.name)
+def test_the_operator_is_captured_in_a_cuda_graph_and_replays_bitwise_as_eager(step):
+    # The operator only allocates through PyTorch and enqueues on the current stream (no scan,
+    # no wait, no device query that capture refuses): captured once, replayed on new inputs
+    # written into the same memory, it gives what an eager call gives on them, bit for bit.
+    q, k, v = make_qkv(2, 3, 300, 257, 64, seed=11, dtype=own_dtype(step))
+    op = getattr(torch.ops.flash_steps, step.name)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up outside the capture (allocator, lazy initialisation, tensor maps)
+            op(q, k, v, True, None)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_graph, lse_graph = op(q, k, v, True, None)
+    new_q, new_k, new_v = make_qkv(2, 3, 300, 257, 64, seed=12, dtype=q.dtype)
+    for t, new in zip((q, k, v), (new_q, new_k, new_v)):
+        t.copy_(new)  # new inputs in the captured memory
+    graph.replay()
+    torch.cuda.synchronize()
+    o_eager, lse_eager = op(q, k, v, True, None)
+    torch.cuda.synchronize()
+    assert torch.equal(o_graph, o_eager) and torch.equal(lse_graph, lse_eager)
+    assert_matches_sdpa(q, k, v, o_graph, lse_graph, True, None, f"{step.name} replayed")
+
+
+def test_without_a_step_the_fastest_step_for_the_dtype_and_d_runs():
+    forward_steps = [s for s in GPU_STEPS if not s.extends]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for d in (32, 64, 96, 128):
+            takes = [s for s in forward_steps
+                     if str(dtype)[6:] in s.dtypes and (not s.head_dims or d in s.head_dims)]
+            if not takes:
+                continue
+            q, k, v = make_qkv(1, 2, 70, 90, d, dtype=dtype)
+            assert fsp.default_step(q) == takes[-1].name, (dtype, d)
+            o = fsp.scaled_dot_product_attention(q, k, v, is_causal=True)  # float32 too: no TypeError
+            expected, _ = getattr(torch.ops.flash_steps, takes[-1].name)(q, k, v, True, None)
+            assert torch.equal(o, expected), (dtype, d)
+
+
+def test_attention_forward_does_not_wait_by_default_and_host_phases_can_be_timed():
+    step = flash_steps.step(fsp.DEFAULT_STEP)
+    q, k, v = make_qkv(1, 1, 128, 128, 64, dtype=own_dtype(step))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time ahead of the call on this stream
+        step.attention_forward(q, k, v)
+        # Not waited for: the call came back while the stream still sleeps.
+        assert not side.query()
+    side.synchronize()
+    flash_steps._native.host_times()  # starts the totals from zero
+    flash_steps._native.host_timing(True)
+    try:
+        for _ in range(3):
+            step.attention_forward(q, k, v)
+    finally:
+        flash_steps._native.host_timing(False)
+    phases = flash_steps._native.host_times()
+    for phase in ("borrow and check q, k, v", "borrow and check o, lse, workspace",
+                  "step launch (tensor maps, attribute, <<<>>>)", "shared-memory attribute"):
+        calls, microseconds = phases[phase]
+        assert calls == 3 and microseconds > 0, (phase, phases)
+    assert flash_steps._native.host_times() == {}

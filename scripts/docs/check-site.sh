@@ -92,7 +92,7 @@ shots="$build/docs/screenshots"
 problems=()
 
 # --- 2. the pages a reader expects ------------------------------------------
-pages=(index.html worked_example.html io_complexity.html fa1_vs_fa2.html results.html python.html whats_next.html)
+pages=(index.html worked_example.html io_complexity.html fa1_vs_fa2.html results.html python.html measuring_speed.html whats_next.html)
 for readme in step[0-9][0-9]_*/README.md; do
   [[ -f "$readme" ]] || continue
   dir=${readme%/README.md}

@@ -3,7 +3,8 @@
 # written as one line fills in, and what follows it up to the next block survives
 # (a one-line block once swallowed everything up to the next block's end marker), and
 # a run block inside a list item keeps the item's indentation (the Answers lists of
-# steps 11 and 12 once restarted at "1." after a run); the backward table's SDPA columns.
+# steps 11 and 12 once restarted at "1." after a run); the backward table's SDPA columns,
+# and the speed blocks of docs/measuring_speed.md.
 # Registered with ctest (label cpu); exits 1 with a diff when a case fails.
 set -euo pipefail
 render=$(cd "$(dirname "$0")/../docs" && pwd)/render-pages
@@ -90,9 +91,75 @@ has "^| 1024 | 64 | none | 40.0 | 32.0 | 0.80 | 20.0 | 0.62 | 30.0 | 24.0 | 1.25
 has "backward_compare_H100_2026-01-02.csv" "the backward table does not name its same-run file"
 has "^after the backward table$" "lost the line after the backward table"
 python3 "$render" --check "$tmp" >/dev/null || { echo "FAIL: --check after rendering the backward table"; failures=$((failures + 1)); }
+# The speed blocks of docs/measuring_speed.md: a single launch from a sample run beside the two
+# sustained methods of the same kernel and shape, a comparison file's SDPA rows and last step,
+# and the per-call file, which says it is not measured yet until it exists.
+mkdir -p "$tmp/docs/results/current"
+cat >"$tmp/docs/results/runs/step21_perf.txt" <<'RUN'
+# GPU X, 2026-01-01, commit abc
+$ build/bin/step21_x --batch 2 --heads 3 --seq-q 64 --seq-kv 64 --head-dim 128 --repeat 10
+  time                       0.500 ms (kernel only, CUDA events, median of 10 runs; single launch, GPU idle before each: a quick look)
+  TFLOP/s                    4.5
+RUN
+cat >"$tmp/docs/results/current/gpu_steps_X_2026-01-01.csv" <<'CSV'
+gpu,date,section,method,kernel,dtype,batch,heads,seq_q,seq_kv,head_dim,causal,calls,reps,median_ms,tflops,commit
+GPU X,2026-01-01,steps,back_to_back,step21_x,bf16,2,3,64,64,128,0,7,5,0.600,3.75,abc
+GPU X,2026-01-01,steps,cuda_graph,step21_x,bf16,2,3,64,64,128,0,7,5,0.550,4.1,abc
+GPU X,2026-01-01,steps,cuda_graph,step21_x,bf16,2,3,64,64,64,0,7,5,9.999,1.0,abc
+CSV
+cat >"$tmp/docs/results/current/pytorch_compare_bf16_X_2026-01-01.csv" <<'CSV'
+gpu,date,commit,dtype,method,kernel,batch,heads,N,d,causal,calls,reps,median_ms,tflops,max_abs_diff_vs_sdpa,note
+GPU X,2026-01-01,abc,bf16,back_to_back,sdpa_flash,4,16,4096,128,0,9,5,1.700,320.0,,
+GPU X,2026-01-01,abc,bf16,cuda_graph,sdpa_flash,4,16,4096,128,0,9,5,1.600,340.0,,
+GPU X,2026-01-01,abc,bf16,back_to_back,sdpa_cudnn,4,16,4096,128,1,,,,,,out of memory
+GPU X,2026-01-01,abc,bf16,back_to_back,step20_y,4,16,4096,128,0,9,5,1.000,550.0,0.01,
+GPU X,2026-01-01,abc,bf16,back_to_back,step21_x,4,16,4096,128,0,9,5,0.990,555.0,0.01,
+GPU X,2026-01-01,abc,bf16,cuda_graph,step21_x,4,16,4096,128,0,9,5,0.930,590.0,0.01,
+CSV
+cat >"$tmp/docs/measuring_speed.md" <<'PAGE'
+# Speed
+<!-- speed: methods step21_perf -->
+between the blocks
+<!-- speed: pytorch bf16 N=4096 d=128 -->
+<!-- speed: per_call -->
+the end of the page
+PAGE
+python3 "$render" "$tmp" >/dev/null
+speed_page="$tmp/docs/measuring_speed.md"
+for expected in '| single launch | one launch, the GPU idle before it (median of 10) | 0.500 | 4.5 | 0.91 |' \
+  '| back_to_back | K calls in a row after a warm-up (K = 7, median of 5) | 0.600 | 3.8 | 1.09 |' \
+  '| cuda_graph | K calls replayed from a CUDA graph (K = 7, median of 5) | 0.550 | 4.1 | 1.00 |' \
+  '| `sdpa_flash` | none | 1.700 | 1.600 | 320.0 | 340.0 |' \
+  '| `sdpa_cudnn` | causal | out of memory | — | — | — |' \
+  '| `step21_x` | none | 0.990 | 0.930 | 555.0 | 590.0 |' \
+  '*Not yet measured: `scripts/gpu/per_call.py` writes docs/results/current/per_call_GPU_DATE.csv, and this block shows it.*' \
+  'between the blocks' 'the end of the page'; do
+  grep -qxF -- "$expected" "$speed_page" || { echo "FAIL: no line '$expected'"; failures=$((failures + 1)); }
+done
+grep -q "step20_y" "$speed_page" && { echo "FAIL: a step below the last is in the comparison"; failures=$((failures + 1)); }
+grep -q "9.999" "$speed_page" && { echo "FAIL: a row of another shape is in the methods table"; failures=$((failures + 1)); }
+cat >"$tmp/docs/results/current/per_call_X_2026-01-01.csv" <<'CSV'
+gpu,date,commit,torch,section,method,kernel,dtype,batch,heads,N,d,causal,calls,reps,median_us,ratio_to_sdpa,ratio_to_fastest_sdpa,ratio_to_graph,note
+GPU X,2026-01-01,abc,2.9,launch_bound,per_call,sdpa_default,bf16,1,1,128,64,0,2000,5,30.00,1.000,1.100,,
+GPU X,2026-01-01,abc,2.9,launch_bound,per_call,torch.ops.flash_steps.step21_x,bf16,1,1,128,64,0,2000,5,36.00,1.200,1.320,,
+GPU X,2026-01-01,abc,2.9,host_phases,native,step launch,bf16,1,1,128,64,0,2000,1,4.250,,,,1 runs a call
+GPU X,2026-01-01,abc,2.9,graph_vs_eager,back_to_back,torch.ops.flash_steps.step21_x,bf16,16,16,1024,64,0,50,5,100.00,,,0.970,
+GPU X,2026-01-01,abc,2.9,graph_vs_eager,cuda_graph,torch.ops.flash_steps.step21_x,bf16,16,16,1024,64,0,50,5,97.00,,,,
+CSV
+if python3 "$render" --check "$tmp" >/dev/null 2>&1; then
+  echo "FAIL: --check passed with a new per_call file not yet shown"; failures=$((failures + 1))
+fi
+python3 "$render" "$tmp" >/dev/null
+for expected in '| `torch.ops.flash_steps.step21_x` | per_call | 36.0 | 1.200 | 1.320 |' \
+  '| step launch | native | 4.25 |' \
+  '| `torch.ops.flash_steps.step21_x` | 16 × 1024 | 64 | none | 100.0 | 97.0 | 0.970 |'; do
+  grep -qxF -- "$expected" "$speed_page" || { echo "FAIL: no line '$expected'"; failures=$((failures + 1)); }
+done
+python3 "$render" --check "$tmp" >/dev/null || { echo "FAIL: --check after rendering the speed blocks"; failures=$((failures + 1)); }
 if [[ $failures -gt 0 ]]; then
-  cat "$tmp/step01_x/README.md" "$tmp/step03_x/README.md"
+  cat "$tmp/step01_x/README.md" "$tmp/step03_x/README.md" "$speed_page"
   exit 1
 fi
-echo "render-pages: one-line blocks fill in and keep what follows them; run blocks keep their indentation;"
-echo "the backward table takes SDPA's figures from the same-run file of its GPU, else says they are not same-run"
+echo "render-pages: one-line blocks fill in and keep what follows them; run blocks keep their indentation;" \
+  "the backward table takes SDPA's figures from the same-run file of its GPU, else says they are not same-run;" \
+  "speed blocks show the sample run, the CSVs and a placeholder for the per-call file"

@@ -16,6 +16,7 @@
 
 #include "common/driver.hpp"
 #include "common/fixtures.hpp"
+#include "common/host_timing.hpp"
 #include "common/npy.hpp"
 #include "common/output_file.hpp"
 #include "common/reference.hpp"
@@ -568,4 +569,30 @@ TEST_CASE("flops: 4·B·H·N_q·N_kv·d, halved when causal") {
   const Shape s{2, 3, 5, 7, 11};
   CHECK(attention_flops(s, false) == 4.0 * 2 * 3 * 5 * 7 * 11);
   CHECK(attention_flops(s, true) == 2.0 * 2 * 3 * 5 * 7 * 11);
+}
+
+TEST_CASE("host timing: phases are counted only while it is on, and taking them starts again") {
+  (void)take_host_times();
+  { const HostPhase untimed("off"); }
+  CHECK(take_host_times().empty());
+  set_host_timing(true);
+  for (int i = 0; i < 3; ++i) {
+    const HostPhase timed("phase");
+  }
+  add_host_time("given", 250);
+  {
+    HostPhase stopped("stopped");
+    stopped.stop();
+    stopped.stop();  // once only: neither this nor the destructor adds a second run
+  }
+  set_host_timing(false);
+  { const HostPhase untimed("phase"); }
+  const std::map<std::string, PhaseTotal> taken = take_host_times();
+  REQUIRE(taken.size() == 3);
+  CHECK(taken.at("stopped").calls == 1);
+  CHECK(taken.at("phase").calls == 3);
+  CHECK(taken.at("phase").nanoseconds >= 0);
+  CHECK(taken.at("given").calls == 1);
+  CHECK(taken.at("given").nanoseconds == 250);
+  CHECK(take_host_times().empty());
 }
