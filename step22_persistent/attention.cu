@@ -121,7 +121,10 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
   const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
   const auto row = [&](int t) { return warp * kRowLanes * kRows + t * kRowLanes + row_lane; };
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
-  const int wg = warp / 4;  // this thread's warpgroup: rows 64·wg … 64·wg + 63 of the tile
+  // This thread's warpgroup: rows 64·wg … 64·wg + 63 of the tile. Read from lane 0, so that the
+  // compiler knows it is the same in the whole warp and keeps what follows from it (the wgmma
+  // descriptors of Q_i) in uniform registers, not in the consumers' full vector registers.
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
   // Causal: a tile's last row sees keys up to its own index; later K/V tiles are skipped.
   const auto kv_tiles = [&](int q0) { return ((causal ? min(n_kv, min(n_q, q0 + Br)) : n_kv) + Bc - 1) / Bc; };
   // |scale| · log2 e: S_ij in base 2, the scale applied inside each exponential. A scale that
