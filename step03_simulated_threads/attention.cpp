@@ -110,9 +110,9 @@ __global__ void attention_kernel(sim::Ptr<const float> Q_all, sim::Ptr<const flo
   auto add = keep + Br;       // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
   // The simulator's only lines that CUDA has not: each array's name and length,
   // so that reports say "Vj[15]", and arrays carved over each other are found.
-  sim::name({{Kj, "Kj", Bc * ld}, {Vj, "Vj", Bc * ld}, {Qi, "Qi", Br * ld}, {Oi, "Oi", Br * ld},
-             {Sij, "Sij", Br * Bc}, {mi, "mi", Br}, {li, "li", Br}, {mi_new, "mi_new", Br},
-             {li_new, "li_new", Br}, {keep, "keep", Br}, {add, "add", Br}});
+  sim::name({{Kj, "Kj", Bc * ld}, {Vj, "Vj", Bc * ld}, {Qi, "Qi", Br * ld}, {Oi, "Oi", Br * ld}});
+  sim::name({{Sij, "Sij", Br * Bc}, {mi, "mi", Br}, {li, "li", Br}, {mi_new, "mi_new", Br}, {li_new, "li_new", Br}});
+  sim::name({{keep, "keep", Br}, {add, "add", Br}});
   //! [shared memory]
 
   // Line 2: O = 0, l = 0, m = −∞ in global memory.

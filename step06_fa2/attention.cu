@@ -168,9 +168,9 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         }
       }
 
-      // Line 10: O_i ← O_i + P̃_ij V_j, no division. A warp per row again: its lanes
-      // split the row's d columns. P̃_ij[r, c] is in lane c mod 32: a shuffle hands
-      // it to every lane, for all of its row's columns.
+      // Line 10: O_i ← O_i + P̃_ij V_j, no division (diag(l_i)⁻¹ comes once, after the loop). A warp
+      // per row again: its lanes split the row's d columns. P̃_ij[r, c] is in lane
+      // c mod 32: a shuffle hands it to every lane, for all of its row's columns.
 #pragma unroll
       for (int t = 0; t < kRows; ++t) {
         float pv[kOCols] = {};  // (P̃_ij V_j)[r, lane + 32·n]

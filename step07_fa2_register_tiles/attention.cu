@@ -189,16 +189,14 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         }
       }
 
-      // Line 10: O_i ← O_i + P̃_ij V_j, no division, register-tiled. P̃_ij[r, c] is in lane
-      // (row_lane, c mod 8) as Sij[t][c / 8]: a shuffle hands it to the row's 8 lanes,
-      // and each float4 of V_j a thread loads feeds its 4 rows.
+      // Line 10: O_i ← O_i + P̃_ij V_j, no division, register-tiled: a shuffle hands each P̃_ij
+      // to the 8 lanes of its row, and each float4 of V_j a thread loads feeds its 4 rows.
 #pragma unroll
       for (int c = 0; c < Bc; ++c) {
+        const int src = row_lane * kColLanes + c % kColLanes;  // P̃_ij[row(t), c] is Sij[t][c / 8] in this lane
         float p[kRows];
 #pragma unroll
-        for (int t = 0; t < kRows; ++t) {
-          p[t] = __shfl_sync(0xffffffffu, Sij[t][c / kColLanes], row_lane * kColLanes + c % kColLanes);
-        }
+        for (int t = 0; t < kRows; ++t) p[t] = __shfl_sync(0xffffffffu, Sij[t][c / kColLanes], src);
 #pragma unroll
         for (int n = 0; n < kOCols; ++n) {
           const float4 v = reinterpret_cast<const float4*>(Vj + c * ld)[col_lane + kColLanes * n];
@@ -215,10 +213,9 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     for (int t = 0; t < kRows; ++t) {
       const int r = row(t);
       if (r >= rows) continue;  // a row past the tile: never stored
+      float4* const O_row = reinterpret_cast<float4*>(O + size_t(q0 + r) * d);  // row r of O, as float4s
 #pragma unroll
-      for (int n = 0; n < kOCols; ++n) {
-        reinterpret_cast<float4*>(O + size_t(q0 + r) * d)[col_lane + kColLanes * n] = scale4(1.0f / li[t], Oi[t][n]);
-      }
+      for (int n = 0; n < kOCols; ++n) O_row[col_lane + kColLanes * n] = scale4(1.0f / li[t], Oi[t][n]);
       if (col_lane == 0) L[q0 + r] = mi[t] + logf(li[t]);
     }
   }

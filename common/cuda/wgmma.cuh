@@ -28,6 +28,9 @@
 #include <cstdint>
 #include <type_traits>
 
+// The register lists and the PTX strings of this file are tables laid out by hand in the
+// PTX ISA's order, eight registers a row; clang-format would re-pack them.
+// clang-format off
 /// The 32 accumulator registers of an m64n64k16 wgmma, in the order the PTX lists them.
 #define FLASH_WGMMA_D64 \
   "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][2]), "+f"(d[1][3]), \
@@ -57,6 +60,7 @@
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" "}"
+// clang-format on
 
 /// The 128 accumulator registers of an m64n256k16 wgmma, in the order the PTX lists them.
 #define FLASH_WGMMA_D256 \
@@ -116,6 +120,7 @@ __device__ inline void fence_operand(float (&d)[2][N]) {
   }
 }
 
+// clang-format off
 /// The asm of one m64nNk16 wgmma with A and B from shared memory, both K-major
 /// (imm-trans-a = imm-trans-b = 0); `accumulate` 0 overwrites D (scale-d = 0), 1 adds to it.
 /// A, B, S: the operand numbers of the two descriptors and of `accumulate`.
@@ -136,6 +141,7 @@ __device__ inline void fence_operand(float (&d)[2][N]) {
                ", {%" A0 "}, %" B ", p, 1, 1, 1;\n}\n"                                                      \
                : FLASH_WGMMA_D##N                                                                           \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate))
+// clang-format on
 
 /// The rows of one wgmma's A and D (m64nNk16): a warpgroup's share of a tile of Q_i.
 constexpr int kWarpgroupRows = 64;
