@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
               << " runs after a warm-up\n\n"
               << std::setw(6) << "N" << std::setw(15) << "standard ms" << std::setw(13) << "step23 ms" << std::setw(9)
               << "23/std" << std::setw(15) << "standard mem" << std::setw(13) << "step23 mem" << std::setw(9)
-              << "23/std" << "\n";
+              << "23/std"
+              << "\n";
     int failed = 0;
     for (int64_t n : {512, 1024, 2048, 4096, 8192}) {
       if (n > max_seq) break;

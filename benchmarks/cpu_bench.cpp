@@ -62,8 +62,7 @@ int main(int argc, char** argv) {
               << "\n";
     for (int64_t n : {512, 1024, 2048, 4096, 8192}) {
       if (n > max_seq) break;
-      const common::Problem p =
-          common::make_random_problem(common::Shape{1, heads, n, n, 64}, false, std::nullopt, 42);
+      const common::Problem p = common::make_random_problem(common::Shape{1, heads, n, n, 64}, false, std::nullopt, 42);
       common::RunSettings settings;
       settings.repeat = repeat;
       settings.progress = isatty(STDERR_FILENO);
@@ -74,11 +73,11 @@ int main(int argc, char** argv) {
             << r[s].result.peak_bytes << "," << r[s].timed_runs << "\n";
       }
       std::cout << std::fixed << std::setw(6) << n << std::setprecision(1) << std::setw(14) << r[0].time_ms
-                << std::setw(14) << r[1].time_ms << std::setprecision(2) << std::setw(10)
-                << r[1].time_ms / r[0].time_ms << std::setprecision(4) << std::setw(12) << r[0].tflops << std::setw(12)
-                << r[1].tflops << std::setw(13) << common::format_bytes(double(r[0].result.peak_bytes))
-                << std::setw(13) << common::format_bytes(double(r[1].result.peak_bytes)) << std::setprecision(3)
-                << std::setw(10) << double(r[1].result.peak_bytes) / double(r[0].result.peak_bytes) << "\n"
+                << std::setw(14) << r[1].time_ms << std::setprecision(2) << std::setw(10) << r[1].time_ms / r[0].time_ms
+                << std::setprecision(4) << std::setw(12) << r[0].tflops << std::setw(12) << r[1].tflops << std::setw(13)
+                << common::format_bytes(double(r[0].result.peak_bytes)) << std::setw(13)
+                << common::format_bytes(double(r[1].result.peak_bytes)) << std::setprecision(3) << std::setw(10)
+                << double(r[1].result.peak_bytes) / double(r[0].result.peak_bytes) << "\n"
                 << std::flush;
     }
     common::write_file(csv_path, csv.str());

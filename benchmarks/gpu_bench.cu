@@ -177,15 +177,15 @@ enum class Method { back_to_back, cuda_graph };
 constexpr Method kMethods[] = {Method::back_to_back, Method::cuda_graph};
 const char* method_name(Method m) { return m == Method::back_to_back ? "back_to_back" : "cuda_graph"; }
 
-constexpr double kWarmupMs = 750;     // calls before timing: the GPU reaches the clocks it holds under load
+constexpr double kWarmupMs = 750;  // calls before timing: the GPU reaches the clocks it holds under load
 constexpr double kRepetitionMs = 50;  // one repetition's length: event resolution and host gaps do not count
-constexpr int kMinCalls = 2;          // calls per repetition, at least: back to back even for a slow kernel
+constexpr int kMinCalls = 2;  // calls per repetition, at least: back to back even for a slow kernel
 constexpr int kMaxCalls = 1000;
-constexpr int kRepetitions = 5;       // the median is over this many repetitions
+constexpr int kRepetitions = 5;  // the median is over this many repetitions
 
 /// The time per call of one kernel, by each Method, and how it was measured.
 struct Sustained {
-  int calls = 0;                      // K: calls per repetition (and per graph)
+  int calls = 0;  // K: calls per repetition (and per graph)
   double ms[std::size(kMethods)] = {};  // median over kRepetitions of (elapsed / K), per Method
 };
 
@@ -221,12 +221,18 @@ class SustainedTimer {
     };
     const double first_ms = elapsed_ms([&] { launch(); });  // sizes the warm-up only: the GPU may be cold
     const int warmup = std::max(calls_for(first_ms, kWarmupMs), 1);
-    const double warm_ms = elapsed_ms([&] { for (int c = 0; c < warmup; ++c) launch(); }) / warmup;
+    const double warm_ms = elapsed_ms([&] {
+                             for (int c = 0; c < warmup; ++c) launch();
+                           }) /
+                           warmup;
     Sustained out;
     out.calls = calls_for(warm_ms, kRepetitionMs);
     std::vector<double> samples;
     for (int r = 0; r < kRepetitions; ++r) {
-      samples.push_back(elapsed_ms([&] { for (int c = 0; c < out.calls; ++c) launch(); }) / out.calls);
+      samples.push_back(elapsed_ms([&] {
+                          for (int c = 0; c < out.calls; ++c) launch();
+                        }) /
+                        out.calls);
     }
     out.ms[0] = common::median(samples);
 
@@ -461,8 +467,10 @@ int run_problem(const std::string& section, const std::vector<Entry>& list, cons
     const bool is_baseline = entry.step.name == list.front().step.name;
     const double diff = is_baseline ? 0.0 : max_abs_diff(out.o, baseline.o);
     if (!std::isfinite(diff)) {
-      std::fprintf(stderr, "gpu_bench: %s gave a non-finite O (max|O - O_cuBLAS| = %g) at %s: its figures are not "
-                   "a valid measurement\n", entry.step.name.c_str(), diff, common::describe(shape).c_str());
+      std::fprintf(stderr,
+                   "gpu_bench: %s gave a non-finite O (max|O - O_cuBLAS| = %g) at %s: its figures are not "
+                   "a valid measurement\n",
+                   entry.step.name.c_str(), diff, common::describe(shape).c_str());
       ++nonfinite;
     }
     for (size_t m = 0; m < measured.size(); ++m) {
@@ -518,7 +526,8 @@ bool picked(const std::vector<std::string>& list, const std::string& name) {
   if (list.empty()) return true;
   for (const std::string& want : list) {
     if (want == name) return true;
-    if (!want.empty() && want.size() <= 2 && std::all_of(want.begin(), want.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    if (!want.empty() && want.size() <= 2 &&
+        std::all_of(want.begin(), want.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
       const std::string number = (want.size() == 1 ? "0" : "") + want;
       if (name.rfind("step" + number + "_", 0) == 0) return true;
     }
@@ -577,8 +586,9 @@ int main(int argc, char** argv) {
            },
            "the steps section's precision for the 16-bit steps: bf16 (default) or fp16")
         ->type_name("TYPE");
-    app.footer("Exit codes: 0 ok, 1 a kernel gave a non-finite O, 2 bad option, no GPU, or a failed write, "
-               "3 a CUDA error.");
+    app.footer(
+        "Exit codes: 0 ok, 1 a kernel gave a non-finite O, 2 bad option, no GPU, or a failed write, "
+        "3 a CUDA error.");
     if (!common::cli::parse(app, argc, argv)) return 0;  // --help
     if (!csv_path.empty()) common::check_writable(csv_path);
     common::cuda::require_gpu("gpu_bench");
@@ -586,10 +596,11 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const std::string date = utc_date();
     std::printf("GPU: %s, %d SMs, %s\n", prop.name, prop.multiProcessorCount, date.c_str());
-    std::printf("timing: every kernel, cuBLAS included, at sustained clocks: back_to_back (%.2f s of warm-up, then K "
-                "calls between two events) and cuda_graph (the K calls captured in a CUDA graph, replayed); per "
-                "call = elapsed / K, median of %d repetitions\n",
-                kWarmupMs / 1e3, kRepetitions);
+    std::printf(
+        "timing: every kernel, cuBLAS included, at sustained clocks: back_to_back (%.2f s of warm-up, then K "
+        "calls between two events) and cuda_graph (the K calls captured in a CUDA graph, replayed); per "
+        "call = elapsed / K, median of %d repetitions\n",
+        kWarmupMs / 1e3, kRepetitions);
     const auto want = [&](const char* section) {
       return std::find(sections.begin(), sections.end(), section) != sections.end();
     };
@@ -599,8 +610,8 @@ int main(int argc, char** argv) {
     const auto runs_here = [&](const Entry& e) {
       const int needed = e.step.gpu->compute_capability;
       if (needed == 0 || needed == capability) return true;
-      std::printf("%s: skipped (its kernel runs on compute capability %d.%d; this GPU is %d.%d)\n",
-                  e.step.name.c_str(), needed / 10, needed % 10, prop.major, prop.minor);
+      std::printf("%s: skipped (its kernel runs on compute capability %d.%d; this GPU is %d.%d)\n", e.step.name.c_str(),
+                  needed / 10, needed % 10, prop.major, prop.minor);
       return false;
     };
 
@@ -609,8 +620,8 @@ int main(int argc, char** argv) {
     for (const Entry& e : all) {
       if (e.in_sweep) sweep_list.push_back(e);
     }
-    const std::vector<int64_t> lengths = quick ? std::vector<int64_t>{512, 1024}
-                                               : std::vector<int64_t>{512, 1024, 2048, 4096, 8192};
+    const std::vector<int64_t> lengths =
+        quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048, 4096, 8192};
     std::vector<Row> rows;
     int nonfinite = 0;
     if (want("grid")) {
@@ -627,8 +638,8 @@ int main(int argc, char** argv) {
     if (want("long") && !quick && all.size() > 1) {
       for (int64_t d : {64, 128}) {
         for (bool causal : {false, true}) {
-          nonfinite += run_problem("long", {all.front(), all.back()}, common::Shape{4, 16, 16384, 16384, d}, causal,
-                                   half, rows);
+          nonfinite +=
+              run_problem("long", {all.front(), all.back()}, common::Shape{4, 16, 16384, 16384, d}, causal, half, rows);
         }
       }
     }
@@ -662,8 +673,8 @@ int main(int argc, char** argv) {
                 row.speedup = std::nan("");  // no cuBLAS backward: the CSV leaves it empty
                 row.max_diff = std::nan("");
                 std::fprintf(stderr, "  backward %-40s %-12s N=%-5lld d=%-3lld %-6s %9.3f ms %7.2f TFLOP/s\n",
-                             row.kernel.c_str(), row.method.c_str(), (long long)n, (long long)d,
-                             causal ? "causal" : "", row.ms, row.tflops);
+                             row.kernel.c_str(), row.method.c_str(), (long long)n, (long long)d, causal ? "causal" : "",
+                             row.ms, row.tflops);
                 rows.push_back(row);
               }
             }
@@ -672,10 +683,12 @@ int main(int argc, char** argv) {
       }
     }
 
-    std::printf("\n%s, %s; sustained timing (method: back_to_back or cuda_graph), median of %d repetitions of K "
-                "calls\n", prop.name, date.c_str(), kRepetitions);
-    std::printf("%-6s %-22s %-4s %-12s %5s %5s %5s %3s %-6s %10s %8s %9s %10s\n", "", "kernel", "type", "method",
-                "B·H", "N", "K", "d", "mask", "ms / call", "TFLOP/s", "vs cuBLAS", "max|ΔO|");
+    std::printf(
+        "\n%s, %s; sustained timing (method: back_to_back or cuda_graph), median of %d repetitions of K "
+        "calls\n",
+        prop.name, date.c_str(), kRepetitions);
+    std::printf("%-6s %-22s %-4s %-12s %5s %5s %5s %3s %-6s %10s %8s %9s %10s\n", "", "kernel", "type", "method", "B·H",
+                "N", "K", "d", "mask", "ms / call", "TFLOP/s", "vs cuBLAS", "max|ΔO|");
     for (const Row& r : rows) {
       std::printf("%-6s %-22s %-4s %-12s %5lld %5lld %5d %3lld %-6s %10.3f %8.2f %8.2fx %10.2e\n", r.section.c_str(),
                   r.kernel.c_str(), common::name(r.precision), r.method.c_str(), (long long)r.shape.batch_heads(),
@@ -683,8 +696,8 @@ int main(int argc, char** argv) {
                   r.tflops, r.speedup, r.max_diff);
     }
     if (!csv_path.empty()) {
-      const char* resource_columns[] = {"threads", "registers", "local_bytes", "smem_bytes", "blocks_per_sm",
-                                        "B_r",     "B_c"};
+      const char* resource_columns[] = {"threads",       "registers", "local_bytes", "smem_bytes",
+                                        "blocks_per_sm", "B_r",       "B_c"};
       std::ostringstream csv;
       csv << "gpu,date,section,method,kernel,dtype,batch,heads,seq_q,seq_kv,head_dim,causal,calls,reps,median_ms,"
              "tflops,speedup_vs_cublas,max_abs_diff_vs_cublas";
@@ -692,8 +705,8 @@ int main(int argc, char** argv) {
       csv << '\n';
       for (const Row& r : rows) {
         csv << prop.name << ',' << date << ',' << r.section << ',' << r.method << ',' << r.kernel << ','
-            << common::name(r.precision) << ',' << r.shape.batch << ',' << r.shape.heads << ',' << r.shape.seq_q
-            << ',' << r.shape.seq_kv << ',' << r.shape.head_dim << ',' << (r.causal ? 1 : 0) << ',' << r.calls << ','
+            << common::name(r.precision) << ',' << r.shape.batch << ',' << r.shape.heads << ',' << r.shape.seq_q << ','
+            << r.shape.seq_kv << ',' << r.shape.head_dim << ',' << (r.causal ? 1 : 0) << ',' << r.calls << ','
             << kRepetitions << ',' << r.ms << ',' << r.tflops << ',' << empty_if_nan(r.speedup) << ','
             << empty_if_nan(r.max_diff);
         for (const char* c : resource_columns) csv << ',' << figure(r.resources, c);

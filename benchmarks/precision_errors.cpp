@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
     for (int64_t n : {256, 1024, 4096}) {
       if (n <= max_seq) seconds += 6e-9 * double(heads) * double(n) * double(n) * (64 + 128) * 2;
     }
-    if (seconds > 10) std::cerr << "precision_errors: this will take about " << common::format_duration(seconds) << "\n";
+    if (seconds > 10)
+      std::cerr << "precision_errors: this will take about " << common::format_duration(seconds) << "\n";
 
     std::ostringstream csv;
     csv << "precision,batch,heads,seq,head_dim,causal,unit_roundoff,max_abs_v,max_abs_o,err_o,bound_o,tol_o,"
@@ -62,9 +63,9 @@ int main(int argc, char** argv) {
               << "B=1 H=" << heads << ", inputs of seed " << seed << "; u = unit roundoff, "
               << "bound = u*max|V| + u*max|O_ref|, tolerance = 2 x error + floor\n\n"
               << std::setw(5) << "dtype" << std::setw(6) << "N" << std::setw(5) << "d" << std::setw(7) << "causal"
-              << std::setw(9) << "u" << std::setw(9) << "max|V|" << std::setw(9) << "max|O|" << std::setw(11)
-              << "err O" << std::setw(11) << "bound O" << std::setw(7) << "err/u" << std::setw(11) << "tol O"
-              << std::setw(11) << "err L" << std::setw(11) << "tol L"
+              << std::setw(9) << "u" << std::setw(9) << "max|V|" << std::setw(9) << "max|O|" << std::setw(11) << "err O"
+              << std::setw(11) << "bound O" << std::setw(7) << "err/u" << std::setw(11) << "tol O" << std::setw(11)
+              << "err L" << std::setw(11) << "tol L"
               << "\n";
     for (int64_t n : {256, 1024, 4096}) {
       if (n > max_seq) break;
@@ -88,17 +89,17 @@ int main(int argc, char** argv) {
             const double bound = u * max_v + u * max_o;
             std::ostringstream bound_text;
             bound_text << std::scientific << std::setprecision(2) << bound;
-            csv << common::name(precision) << ",1," << heads << "," << n << "," << d << "," << int(causal) << ","
-                << u << "," << max_v << "," << max_o << "," << err.max_err_o << ",";
+            csv << common::name(precision) << ",1," << heads << "," << n << "," << d << "," << int(causal) << "," << u
+                << "," << max_v << "," << max_o << "," << err.max_err_o << ",";
             if (rounds_p_and_o) csv << bound;
             csv << "," << tol.o << "," << err.max_err_lse << "," << tol.lse << "\n";
             std::cout << std::setw(5) << common::name(precision) << std::setw(6) << n << std::setw(5) << d
                       << std::setw(7) << (causal ? "yes" : "no") << std::scientific << std::setprecision(1)
                       << std::setw(9) << u << std::fixed << std::setprecision(3) << std::setw(9) << max_v
                       << std::setw(9) << max_o << std::scientific << std::setprecision(2) << std::setw(11)
-                      << err.max_err_o << std::setw(11) << (rounds_p_and_o ? bound_text.str() : "-") << std::fixed << std::setprecision(2)
-                      << std::setw(7) << err.max_err_o / u << std::scientific << std::setw(11) << tol.o
-                      << std::setw(11) << err.max_err_lse << std::setw(11) << tol.lse << std::defaultfloat
+                      << err.max_err_o << std::setw(11) << (rounds_p_and_o ? bound_text.str() : "-") << std::fixed
+                      << std::setprecision(2) << std::setw(7) << err.max_err_o / u << std::scientific << std::setw(11)
+                      << tol.o << std::setw(11) << err.max_err_lse << std::setw(11) << tol.lse << std::defaultfloat
                       << "\n"
                       << std::flush;
           }

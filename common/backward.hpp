@@ -32,7 +32,7 @@ namespace common {
 
 /// What the backward pass needs beyond the problem's Q, K and V.
 struct BackwardInputs {
-  std::vector<float> o;    ///< O, (B, H, N_q, d): the forward's output
+  std::vector<float> o;  ///< O, (B, H, N_q, d): the forward's output
   std::vector<float> lse;  ///< L, (B, H, N_q): the forward's logsumexp, natural log
   std::vector<float> d_o;  ///< dO = ∂loss/∂O, (B, H, N_q, d)
 };
@@ -88,22 +88,22 @@ using OpenBackwardFn =
 /// them: DeviceArgs' Q, K, V (and O, L) plus dO in, dQ, dK, dV out, all
 /// contiguous [B, H, N, d] in `precision` except L (fp32).
 struct DeviceBackwardArgs {
-  Shape shape;                ///< sizes
-  bool causal = false;        ///< top-left aligned mask
-  float scale = 1.0f;         ///< softmax scale
+  Shape shape;  ///< sizes
+  bool causal = false;  ///< top-left aligned mask
+  float scale = 1.0f;  ///< softmax scale
   Precision precision = Precision::fp32;  ///< the element type of every tensor but L
-  const void* q = nullptr;    ///< Q: (B, H, N_q, d)
-  const void* k = nullptr;    ///< K: (B, H, N_kv, d)
-  const void* v = nullptr;    ///< V: (B, H, N_kv, d)
-  const void* o = nullptr;    ///< O: (B, H, N_q, d)
-  const float* lse = nullptr; ///< L: (B, H, N_q), fp32
+  const void* q = nullptr;  ///< Q: (B, H, N_q, d)
+  const void* k = nullptr;  ///< K: (B, H, N_kv, d)
+  const void* v = nullptr;  ///< V: (B, H, N_kv, d)
+  const void* o = nullptr;  ///< O: (B, H, N_q, d)
+  const float* lse = nullptr;  ///< L: (B, H, N_q), fp32
   const void* d_o = nullptr;  ///< dO: (B, H, N_q, d)
-  void* dq = nullptr;         ///< dQ: (B, H, N_q, d), written by the launch
-  void* dk = nullptr;         ///< dK: (B, H, N_kv, d), written by the launch
-  void* dv = nullptr;         ///< dV: (B, H, N_kv, d), written by the launch
+  void* dq = nullptr;  ///< dQ: (B, H, N_q, d), written by the launch
+  void* dk = nullptr;  ///< dK: (B, H, N_kv, d), written by the launch
+  void* dv = nullptr;  ///< dV: (B, H, N_kv, d), written by the launch
   void* workspace = nullptr;  ///< the launch's backward_workspace_bytes(shape) bytes, or nullptr
-  void* stream = nullptr;     ///< the cudaStream_t to launch on (nullptr: the default stream)
-  bool deterministic = false; ///< dQ summed in a fixed order (bitwise-repeatable), where the step offers it
+  void* stream = nullptr;  ///< the cudaStream_t to launch on (nullptr: the default stream)
+  bool deterministic = false;  ///< dQ summed in a fixed order (bitwise-repeatable), where the step offers it
 };
 
 }  // namespace common

@@ -53,7 +53,8 @@ float parse_float(const std::string& option, const std::string& text) {
   errno = 0;
   char* end = nullptr;
   const double value = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
-  const bool whole = !text.empty() && end == text.c_str() + text.size() && !std::isspace(static_cast<unsigned char>(text[0]));
+  const bool whole =
+      !text.empty() && end == text.c_str() + text.size() && !std::isspace(static_cast<unsigned char>(text[0]));
   if (!whole || !std::isfinite(value) || std::abs(value) > double(FLT_MAX)) {
     throw InputError(option + " needs a finite number (float32: |x| <= 3.4e38), got '" + text + "'");
   }

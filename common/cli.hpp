@@ -21,11 +21,11 @@ namespace common::cli {
 /// The problem a program runs on, as its command line describes it.
 struct ProblemSpec {
   Shape shape{1, 4, 512, 512, 64};  ///< B, H, N_q, N_kv, d
-  bool causal = false;              ///< --causal
-  std::optional<float> scale;       ///< --scale (default 1/sqrt(d))
-  uint64_t seed = 1;                ///< --seed of the random inputs
-  std::string load_dir;             ///< --load DIR (empty: random inputs)
-  std::string fixture;              ///< --fixture NAME (empty: random inputs)
+  bool causal = false;  ///< --causal
+  std::optional<float> scale;  ///< --scale (default 1/sqrt(d))
+  uint64_t seed = 1;  ///< --seed of the random inputs
+  std::string load_dir;  ///< --load DIR (empty: random inputs)
+  std::string fixture;  ///< --fixture NAME (empty: random inputs)
 };
 
 /// Largest accepted size of one dimension: a tensor holds at most 2^31 - 1 elements.
@@ -47,7 +47,7 @@ std::string parse_nonempty(const std::string& option, const std::string& text, c
 /// Which problem options a program takes.
 struct ProblemOptions {
   bool seq_shorthand = false;  ///< `--seq N` sets N_q = N_kv = N (the tour)
-  bool files = true;           ///< `--load DIR` and `--fixture NAME`
+  bool files = true;  ///< `--load DIR` and `--fixture NAME`
 };
 
 /// Adds --batch, --heads, --seq-q, --seq-kv, --head-dim, --causal, --scale,

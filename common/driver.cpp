@@ -23,8 +23,7 @@
 namespace common {
 
 double attention_flops(const Shape& s, bool causal) {
-  const double full = 4.0 * double(s.batch_heads()) * double(s.seq_q) * double(s.seq_kv) *
-                      double(s.head_dim);
+  const double full = 4.0 * double(s.batch_heads()) * double(s.seq_q) * double(s.seq_kv) * double(s.head_dim);
   return causal ? full / 2 : full;
 }
 
@@ -365,8 +364,7 @@ class SaveDir {
 constexpr const char* kSingleLaunchTiming =
     "single launch, GPU idle before each: a quick look, not comparable with sustained timing";
 
-void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision,
-                bool deterministic) {
+void print_json(const StepInfo& step, const Problem& p, const RunReport& rep, Precision precision, bool deterministic) {
   const Shape& s = p.shape;
   nlohmann::ordered_json j;
   j["step"] = step.name;
@@ -440,8 +438,8 @@ void print_table(const StepInfo& step, const Problem& p, const RunReport& rep, P
     return std::cout << "  " << std::left << std::setw(26) << name << ' ';
   };
   std::cout << step.name << " — " << step.title << "\n";
-  row("problem") << describe(p.shape) << (p.causal ? " causal" : "") << " scale=" << p.scale << " "
-                 << name(precision) << "\n";
+  row("problem") << describe(p.shape) << (p.causal ? " causal" : "") << " scale=" << p.scale << " " << name(precision)
+                 << "\n";
   std::ostringstream how;
   how << (rep.kernel_only ? "kernel only, CUDA events" : "wall clock") << ", median of " << rep.timed_runs
       << (rep.timed_runs == 1 ? " run" : " runs");
@@ -607,8 +605,8 @@ int run_program(const StepInfo& step, int argc, char** argv) {
         print_table(step, problem, report, config.settings.precision, deterministic);
       }
       flush_stdout();
-      const bool failed = (report.verdict && !report.verdict->passed) ||
-                          (backward && backward->verdict && !backward->verdict->passed);
+      const bool failed =
+          (report.verdict && !report.verdict->passed) || (backward && backward->verdict && !backward->verdict->passed);
       return failed ? 1 : 0;
     } catch (...) {
       if (save) save->discard();

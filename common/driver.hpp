@@ -31,16 +31,16 @@ double attention_backward_flops(const Shape& shape, bool causal);
 
 /// How to run a step: shared by the programs, the tour and the benchmarks.
 struct RunSettings {
-  bool check = false;        ///< compare with the fp64 reference
-  int repeat = 1;            ///< timed runs after the checked one (0 = time the only run)
-  int64_t sram_floats = 0;   ///< on-chip budget M (0 = the step's default)
+  bool check = false;  ///< compare with the fp64 reference
+  int repeat = 1;  ///< timed runs after the checked one (0 = time the only run)
+  int64_t sram_floats = 0;  ///< on-chip budget M (0 = the step's default)
   std::ostream* trace = nullptr;  ///< step-by-step trace output
-  bool progress = false;     ///< progress bar on stderr
+  bool progress = false;  ///< progress bar on stderr
   Precision precision = Precision::fp32;  ///< the precision to compute in (--dtype)
   /// Stop repeating CPU runs once this many seconds were spent timing (0 = no
   /// limit); at least one run is always timed.
   double time_budget_s = 0;
-  bool backward = false;       ///< run the backward pass after the forward (`--backward`)
+  bool backward = false;  ///< run the backward pass after the forward (`--backward`)
   bool deterministic = false;  ///< the backward sums dQ in a fixed order (`--deterministic`)
 };
 
@@ -48,30 +48,30 @@ struct RunSettings {
 /// and checked once.
 struct RunConfig {
   cli::ProblemSpec problem;  ///< what to run on
-  RunSettings settings;      ///< how to run it
-  bool json = false;         ///< one JSON object on stdout instead of the table
-  std::string save_dir;      ///< write O and L (and dQ, dK, dV) here (empty: do not save)
+  RunSettings settings;  ///< how to run it
+  bool json = false;  ///< one JSON object on stdout instead of the table
+  std::string save_dir;  ///< write O and L (and dQ, dK, dV) here (empty: do not save)
 };
 
 /// What one run of a step's backward pass produced and measured.
 struct BackwardReport {
-  Gradients gradients;           ///< dQ, dK, dV and the step's counters (from the checked run)
-  double time_ms = 0;            ///< median time of the timed runs
-  int timed_runs = 0;            ///< how many runs the median is over
-  bool kernel_only = false;      ///< time is kernel-only (CUDA events), not wall clock
-  double tflops = 0;             ///< attention_backward_flops / time
-  int64_t nonfinite = 0;         ///< gradients that are NaN or infinite
+  Gradients gradients;  ///< dQ, dK, dV and the step's counters (from the checked run)
+  double time_ms = 0;  ///< median time of the timed runs
+  int timed_runs = 0;  ///< how many runs the median is over
+  bool kernel_only = false;  ///< time is kernel-only (CUDA events), not wall clock
+  double tflops = 0;  ///< attention_backward_flops / time
+  int64_t nonfinite = 0;  ///< gradients that are NaN or infinite
   std::optional<GradientVerdict> verdict;  ///< set when checked
 };
 
 /// What one run of a step produced and measured.
 struct RunReport {
-  Result result;                 ///< O, L and the step's counters (from the checked run)
-  double time_ms = 0;            ///< median time of the timed runs
-  int timed_runs = 0;            ///< how many runs the median is over
-  bool kernel_only = false;      ///< time is kernel-only (CUDA events), not wall clock
-  double tflops = 0;             ///< attention_flops / time
-  int64_t nonfinite = 0;         ///< outputs (O and L) that are NaN or infinite
+  Result result;  ///< O, L and the step's counters (from the checked run)
+  double time_ms = 0;  ///< median time of the timed runs
+  int timed_runs = 0;  ///< how many runs the median is over
+  bool kernel_only = false;  ///< time is kernel-only (CUDA events), not wall clock
+  double tflops = 0;  ///< attention_flops / time
+  int64_t nonfinite = 0;  ///< outputs (O and L) that are NaN or infinite
   std::optional<Verdict> verdict;  ///< set when checked
   std::optional<BackwardReport> backward;  ///< set when the backward ran
 };

@@ -62,8 +62,7 @@ float amplitude_for_score_magnitude(double magnitude, int64_t head_dim, float sc
 
 namespace {
 
-Problem single_head(int64_t n, int64_t d, std::vector<float> q, std::vector<float> k,
-                    std::vector<float> v) {
+Problem single_head(int64_t n, int64_t d, std::vector<float> q, std::vector<float> k, std::vector<float> v) {
   Problem p;
   p.shape = Shape{1, 1, n, n, d};
   p.scale = default_scale(d);
@@ -114,12 +113,10 @@ Fixture seed002_n16_d8() {
 
 std::vector<Shape> seed004_shapes() {
   // (N_kv, N_q) pairs from the Torch/Numba/CUDA notebook, at d = 128.
-  return {Shape{1, 1, 32, 32, 128}, Shape{1, 1, 64, 128, 128}, Shape{1, 1, 512, 512, 128},
-          Shape{1, 1, 1024, 512, 128}};
+  return {Shape{1, 1, 32, 32, 128}, Shape{1, 1, 64, 128, 128}, Shape{1, 1, 512, 512, 128}, Shape{1, 1, 1024, 512, 128}};
 }
 
-std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_dims,
-                                               int64_t max_seq) {
+std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_dims, int64_t max_seq) {
   std::vector<ConformanceCase> all;
   auto add = [&](std::string name, Shape s, bool causal, std::optional<float> scale = std::nullopt,
                  double magnitude = 0.0) {
@@ -169,9 +166,8 @@ std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_
 
 Problem make_problem(const ConformanceCase& c, uint64_t seed) {
   const float scale = c.scale ? *c.scale : default_scale(c.shape.head_dim);
-  const float amplitude = c.score_magnitude > 0
-                              ? amplitude_for_score_magnitude(c.score_magnitude, c.shape.head_dim, scale)
-                              : 1.0f;
+  const float amplitude =
+      c.score_magnitude > 0 ? amplitude_for_score_magnitude(c.score_magnitude, c.shape.head_dim, scale) : 1.0f;
   return make_random_problem(c.shape, c.causal, scale, seed, amplitude);
 }
 

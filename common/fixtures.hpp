@@ -30,10 +30,10 @@ float amplitude_for_score_magnitude(double magnitude, int64_t head_dim, float sc
 
 /// A hand-checkable problem with its known answer.
 struct Fixture {
-  std::string name;        ///< short name, e.g. "hand_worked_n2_d1"
-  std::string source;      ///< where it comes from
-  Problem problem;         ///< inputs
-  int64_t sram_floats = 0; ///< the on-chip budget M the source used (0 = any)
+  std::string name;  ///< short name, e.g. "hand_worked_n2_d1"
+  std::string source;  ///< where it comes from
+  Problem problem;  ///< inputs
+  int64_t sram_floats = 0;  ///< the on-chip budget M the source used (0 = any)
   std::vector<float> expected_o;  ///< known O (empty when only the reference is known)
   double expected_tolerance = 0;  ///< how close O must be to expected_o
 };
@@ -54,11 +54,11 @@ std::vector<Shape> seed004_shapes();
 
 /// One case of the conformance suite.
 struct ConformanceCase {
-  std::string name;          ///< readable name, used in test reports
-  Shape shape;               ///< sizes
-  bool causal = false;       ///< mask
+  std::string name;  ///< readable name, used in test reports
+  Shape shape;  ///< sizes
+  bool causal = false;  ///< mask
   std::optional<float> scale;  ///< empty = default 1/sqrt(d); any finite value, negative and 0 too
-  double score_magnitude = 0;///< > 0: Q/K amplitude chosen so |s| reaches this
+  double score_magnitude = 0;  ///< > 0: Q/K amplitude chosen so |s| reaches this
 };
 
 /// The conformance suite of DESIGN.md: N in {1, 2, 15, 16, 17, 31, 33, 100, 257,
@@ -66,8 +66,7 @@ struct ConformanceCase {
 /// off, large scores, a non-default scale. Cases whose d is not in
 /// `head_dims` are left out (empty = keep all). `max_seq` drops cases longer than
 /// that (0 = keep all), for slow simulators.
-std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_dims = {},
-                                               int64_t max_seq = 0);
+std::vector<ConformanceCase> conformance_cases(const std::vector<int64_t>& head_dims = {}, int64_t max_seq = 0);
 
 /// The problem of one conformance case, with inputs drawn from `seed`.
 Problem make_problem(const ConformanceCase& c, uint64_t seed);

@@ -18,7 +18,7 @@ namespace common {
 
 /// What one phase took over the calls made while timing was on.
 struct PhaseTotal {
-  int64_t calls = 0;        ///< how many times the phase ran
+  int64_t calls = 0;  ///< how many times the phase ran
   int64_t nanoseconds = 0;  ///< host time summed over those runs
 };
 
@@ -52,8 +52,9 @@ class HostPhase {
   /// Ends the phase before the end of the scope (once; later calls and the destructor add nothing).
   void stop() {
     if (phase_) {
-      add_host_time(phase_, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                                   start_).count());
+      add_host_time(
+          phase_,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
       phase_ = nullptr;
     }
   }

@@ -19,12 +19,12 @@ Algorithm1Tiles algorithm1_tiles(int64_t sram_floats, const Shape& s) {
 
 Traffic algorithm1_traffic(const Shape& s, const Algorithm1Tiles& t) {
   const int64_t nq = s.seq_q, nkv = s.seq_kv, d = s.head_dim;
-  const int64_t reads = 2 * nkv * d                  // K_j, V_j once each
+  const int64_t reads = 2 * nkv * d  // K_j, V_j once each
                         + t.Tc * (2 * nq * d + 2 * nq)  // Q_i, O_i, l_i, m_i per (j, i)
-                        + 2 * nq;                     // m, l for the final L
-  const int64_t writes = (nq * d + 2 * nq)            // O, l, m initialised
-                         + t.Tc * (nq * d + 2 * nq)   // O_i, l_i, m_i per (j, i)
-                         + nq;                        // L
+                        + 2 * nq;  // m, l for the final L
+  const int64_t writes = (nq * d + 2 * nq)  // O, l, m initialised
+                         + t.Tc * (nq * d + 2 * nq)  // O_i, l_i, m_i per (j, i)
+                         + nq;  // L
   const int64_t bytes = 4 * s.batch_heads();
   return Traffic{reads * bytes, writes * bytes};
 }
@@ -42,13 +42,13 @@ Algorithm1Tiles algorithm2_tiles(int64_t sram_floats, const Shape& s) {
 
 Traffic algorithm2_traffic(const Shape& s, const Algorithm1Tiles& t) {
   const int64_t nq = s.seq_q, nkv = s.seq_kv, d = s.head_dim;
-  const int64_t reads = 2 * nq * d                   // dO, O for D
-                        + 2 * nkv * d                 // K_j, V_j once each
+  const int64_t reads = 2 * nq * d  // dO, O for D
+                        + 2 * nkv * d  // K_j, V_j once each
                         + t.Tc * (3 * nq * d + 2 * nq);  // Q_i, dO_i, dQ_i, L_i, D_i per (j, i)
-  const int64_t writes = nq                           // D
-                         + nq * d                     // dQ = 0
-                         + t.Tc * nq * d              // dQ_i per (j, i)
-                         + 2 * nkv * d;               // dK_j, dV_j once each
+  const int64_t writes = nq  // D
+                         + nq * d  // dQ = 0
+                         + t.Tc * nq * d  // dQ_i per (j, i)
+                         + 2 * nkv * d;  // dK_j, dV_j once each
   const int64_t bytes = 4 * s.batch_heads();
   return Traffic{reads * bytes, writes * bytes};
 }
@@ -63,8 +63,7 @@ Traffic standard_attention_traffic(const Shape& s) {
 
 double flash_attention_bound_bytes(const Shape& s, int64_t sram_floats) {
   const double d = double(s.head_dim);
-  return 4.0 * double(s.batch_heads()) * double(s.seq_q) * double(s.seq_kv) * d * d /
-         double(sram_floats);
+  return 4.0 * double(s.batch_heads()) * double(s.seq_q) * double(s.seq_kv) * d * d / double(sram_floats);
 }
 
 }  // namespace common

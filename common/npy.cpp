@@ -23,9 +23,7 @@ static_assert(std::endian::native == std::endian::little, "the .npy code assumes
 
 const char kMagic[] = "\x93NUMPY";
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw InputError(path + ": " + what);
-}
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw InputError(path + ": " + what); }
 
 // The header is a Python dict literal, e.g.
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
@@ -35,9 +33,9 @@ const char kMagic[] = "\x93NUMPY";
 // being taken for the entry itself.
 struct Literal {
   enum class Kind { string, name, integer, sequence } kind = Kind::name;
-  std::string text;            ///< a string's characters, a name (True), an integer's digits
+  std::string text;  ///< a string's characters, a name (True), an integer's digits
   std::vector<Literal> items;  ///< a tuple's or list's elements
-  char open = '(';             ///< '(' or '[' for a sequence
+  char open = '(';  ///< '(' or '[' for a sequence
 };
 
 // Python's repr of `value`, for messages: '<f8', (2, 3), True.

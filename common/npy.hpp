@@ -13,7 +13,7 @@ namespace common {
 /// A float32 array and its shape, as stored in a `.npy` file.
 struct NpyArray {
   std::vector<int64_t> shape;  ///< dimensions, outermost first
-  std::vector<float> data;     ///< elements in C (row-major) order
+  std::vector<float> data;  ///< elements in C (row-major) order
 };
 
 /// Reads `path`. Accepts a regular file (not a FIFO or a device) in format
@@ -32,7 +32,6 @@ void write_npy(OutputFile& file, const std::vector<int64_t>& shape, const std::v
 
 /// Writes `data` with `shape` as the `.npy` file `path`, whole or not at all.
 /// Throws OutputError when the sizes disagree or the file cannot be written.
-void write_npy(const std::string& path, const std::vector<int64_t>& shape,
-               const std::vector<float>& data);
+void write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<float>& data);
 
 }  // namespace common

@@ -41,7 +41,8 @@ void check_writable(const std::string& path) {
   if (path.empty()) throw OutputError("an output file name is empty");
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    fail(path, std::string("exists and is ") + kind_of(st.st_mode) + "; not replaced (remove it or choose another name)");
+    fail(path,
+         std::string("exists and is ") + kind_of(st.st_mode) + "; not replaced (remove it or choose another name)");
   }
   const std::string dir = directory_of(path);
   struct stat dst {};

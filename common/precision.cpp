@@ -65,7 +65,7 @@ uint16_t to_fp16_bits(float x) {
   const uint32_t u = bits_of(x);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return sign | 0x7E00u;   // NaN
+  if (a > 0x7F800000u) return sign | 0x7E00u;  // NaN
   if (a >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 = 65504 + half a step: infinity
   if (a < 0x38800000u) {
     // Below 2^-14, half has only subnormals, multiples of 2^-24. Scaling by 2^24
@@ -102,8 +102,8 @@ float round_to(Precision precision, float x) {
 
 double unit_roundoff(Precision precision) {
   switch (precision) {
-    case Precision::bf16: return std::ldexp(1.0, -8);    // 8 significant bits
-    case Precision::fp16: return std::ldexp(1.0, -11);   // 11
+    case Precision::bf16: return std::ldexp(1.0, -8);  // 8 significant bits
+    case Precision::fp16: return std::ldexp(1.0, -11);  // 11
     case Precision::fp32: break;
   }
   return std::ldexp(1.0, -24);  // 24
@@ -111,8 +111,7 @@ double unit_roundoff(Precision precision) {
 
 namespace {
 
-void round_tensor(std::vector<float>& data, Precision precision, const Shape& shape, int64_t seq,
-                  const char* tensor) {
+void round_tensor(std::vector<float>& data, Precision precision, const Shape& shape, int64_t seq, const char* tensor) {
   for (size_t e = 0; e < data.size(); ++e) {
     const float r = round_to(precision, data[e]);
     if (!std::isfinite(r)) {
@@ -139,8 +138,8 @@ Problem rounded_inputs(const Problem& problem, Precision precision) {
   return p;
 }
 
-std::vector<float> rounded_tensor(const std::vector<float>& data, Precision precision, const Shape& shape,
-                                  int64_t seq, const std::string& tensor) {
+std::vector<float> rounded_tensor(const std::vector<float>& data, Precision precision, const Shape& shape, int64_t seq,
+                                  const std::string& tensor) {
   std::vector<float> r = data;
   if (precision != Precision::fp32) round_tensor(r, precision, shape, seq, tensor.c_str());
   return r;

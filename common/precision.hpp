@@ -63,7 +63,7 @@ Problem rounded_inputs(const Problem& problem, Precision precision);
 /// `data`, a (B, H, `seq`, d) tensor of `shape` named `tensor`, rounded to
 /// `precision` (fp32: an unchanged copy), refusing a value that does not fit as
 /// rounded_inputs does. The backward rounds dO with it.
-std::vector<float> rounded_tensor(const std::vector<float>& data, Precision precision, const Shape& shape,
-                                  int64_t seq, const std::string& tensor);
+std::vector<float> rounded_tensor(const std::vector<float>& data, Precision precision, const Shape& shape, int64_t seq,
+                                  const std::string& tensor);
 
 }  // namespace common

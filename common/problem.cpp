@@ -10,14 +10,11 @@ namespace common {
 
 std::string describe(const Shape& s) {
   std::ostringstream out;
-  out << "B=" << s.batch << " H=" << s.heads << " N_q=" << s.seq_q << " N_kv=" << s.seq_kv
-      << " d=" << s.head_dim;
+  out << "B=" << s.batch << " H=" << s.heads << " N_q=" << s.seq_q << " N_kv=" << s.seq_kv << " d=" << s.head_dim;
   return out.str();
 }
 
-float default_scale(int64_t head_dim) {
-  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-}
+float default_scale(int64_t head_dim) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
 
 namespace {
 
@@ -37,8 +34,8 @@ int64_t checked_mul(int64_t a, int64_t b, const char* what) {
 
 void require_size(const std::vector<float>& t, int64_t expected, const char* name) {
   if (static_cast<int64_t>(t.size()) != expected) {
-    throw InputError(std::string(name) + " has " + std::to_string(t.size()) +
-                     " elements but the shape needs " + std::to_string(expected));
+    throw InputError(std::string(name) + " has " + std::to_string(t.size()) + " elements but the shape needs " +
+                     std::to_string(expected));
   }
 }
 
@@ -91,8 +88,8 @@ Shape shape_of(const std::vector<int64_t>& q, const std::vector<int64_t>& k, con
   const std::vector<int64_t>* dims[] = {&q, &k, &v};
   for (int i = 0; i < 3; ++i) {
     if (dims[i]->size() != 4) {
-      throw InputError(names[i] + ": expected 4 dimensions [B, H, N, d], got " + std::to_string(dims[i]->size()) +
-                       " " + dims_text(*dims[i]));
+      throw InputError(names[i] + ": expected 4 dimensions [B, H, N, d], got " + std::to_string(dims[i]->size()) + " " +
+                       dims_text(*dims[i]));
     }
   }
   if (k != v) {
@@ -120,8 +117,7 @@ void validate(const Problem& p) {
   require_finite(p.v, s, s.seq_kv, "V");
 }
 
-void require_head_dim(int64_t head_dim, const std::vector<int64_t>& supported,
-                      const std::string& step_name) {
+void require_head_dim(int64_t head_dim, const std::vector<int64_t>& supported, const std::string& step_name) {
   if (supported.empty()) return;
   for (int64_t d : supported) {
     if (d == head_dim) return;

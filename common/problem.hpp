@@ -19,16 +19,16 @@ namespace common {
 
 /// Sizes of one attention problem. Q is (B, H, N_q, d); K and V are (B, H, N_kv, d).
 struct Shape {
-  int64_t batch = 1;     ///< B
-  int64_t heads = 1;     ///< H
-  int64_t seq_q = 1;     ///< N_q, query rows
-  int64_t seq_kv = 1;    ///< N_kv, key/value rows
+  int64_t batch = 1;  ///< B
+  int64_t heads = 1;  ///< H
+  int64_t seq_q = 1;  ///< N_q, query rows
+  int64_t seq_kv = 1;  ///< N_kv, key/value rows
   int64_t head_dim = 1;  ///< d
 
-  int64_t batch_heads() const { return batch * heads; }       ///< B·H
-  int64_t q_elements() const { return batch_heads() * seq_q * head_dim; }    ///< elements of Q and O
+  int64_t batch_heads() const { return batch * heads; }  ///< B·H
+  int64_t q_elements() const { return batch_heads() * seq_q * head_dim; }  ///< elements of Q and O
   int64_t kv_elements() const { return batch_heads() * seq_kv * head_dim; }  ///< elements of K and V
-  int64_t lse_elements() const { return batch_heads() * seq_q; }             ///< elements of L
+  int64_t lse_elements() const { return batch_heads() * seq_q; }  ///< elements of L
 };
 
 /// One-line description, e.g. "B=1 H=8 N_q=1024 N_kv=1024 d=64".
@@ -36,12 +36,12 @@ std::string describe(const Shape& shape);
 
 /// The inputs of one forward pass.
 struct Problem {
-  Shape shape;                ///< sizes
-  bool causal = false;        ///< top-left aligned mask: query i sees keys j <= i (PyTorch's convention)
-  float scale = 1.0f;         ///< softmax scale applied to QK^T (1/sqrt(d) unless chosen)
-  std::vector<float> q;       ///< (B, H, N_q, d)
-  std::vector<float> k;       ///< (B, H, N_kv, d)
-  std::vector<float> v;       ///< (B, H, N_kv, d)
+  Shape shape;  ///< sizes
+  bool causal = false;  ///< top-left aligned mask: query i sees keys j <= i (PyTorch's convention)
+  float scale = 1.0f;  ///< softmax scale applied to QK^T (1/sqrt(d) unless chosen)
+  std::vector<float> q;  ///< (B, H, N_q, d)
+  std::vector<float> k;  ///< (B, H, N_kv, d)
+  std::vector<float> v;  ///< (B, H, N_kv, d)
 };
 
 /// The default softmax scale, 1/sqrt(d).
@@ -97,21 +97,21 @@ void require_finite(const std::vector<float>& data, const Shape& shape, int64_t 
 /// The message of require_finite for `value` at flat index `element` of a
 /// (B, H, `seq`, d) tensor, e.g. "Q holds nan at [b=0, h=1, n=2, c=3]; inputs
 /// must be finite numbers" (also used where the data lives on a GPU).
-std::string non_finite_message(float value, int64_t element, const Shape& shape, int64_t seq, const std::string& tensor);
+std::string non_finite_message(float value, int64_t element, const Shape& shape, int64_t seq,
+                               const std::string& tensor);
 
 /// Throws InputError unless `head_dim` is one of `supported` (empty = any d >= 1).
-void require_head_dim(int64_t head_dim, const std::vector<int64_t>& supported,
-                      const std::string& step_name);
+void require_head_dim(int64_t head_dim, const std::vector<int64_t>& supported, const std::string& step_name);
 
 /// Bytes moved between "HBM" and the chip, as counted by steps that model it.
 struct Traffic {
-  int64_t hbm_read_bytes = 0;   ///< bytes read from global memory
+  int64_t hbm_read_bytes = 0;  ///< bytes read from global memory
   int64_t hbm_write_bytes = 0;  ///< bytes written to global memory
 };
 
 /// What a step returns.
 struct Result {
-  std::vector<float> o;    ///< (B, H, N_q, d)
+  std::vector<float> o;  ///< (B, H, N_q, d)
   std::vector<float> lse;  ///< L = m + log(l), natural log, (B, H, N_q)
   /// Extra working memory the step allocated beyond inputs and outputs, in bytes
   /// (measured by common::Workspace / device allocations, not estimated).

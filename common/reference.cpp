@@ -14,9 +14,9 @@ namespace {
 
 // Where a float implementation rounds. The reference uses kPlain in double.
 enum class Rounding {
-  kPlain,      // s = scale · (q·k), p = exp(s − m)
-  kPrescaledQ, // s = (scale · q)·k: Q scaled first, as many GPU kernels do
-  kFmaExp2,    // q·k accumulated with fused multiply-adds (as GPUs do), p = 2^(s·log2e − m·log2e)
+  kPlain,  // s = scale · (q·k), p = exp(s − m)
+  kPrescaledQ,  // s = (scale · q)·k: Q scaled first, as many GPU kernels do
+  kFmaExp2,  // q·k accumulated with fused multiply-adds (as GPUs do), p = 2^(s·log2e − m·log2e)
 };
 
 // Standard attention with every intermediate in T (double for the reference,
@@ -25,9 +25,8 @@ enum class Rounding {
 // computes in that precision: S and the softmax in fp32, P = softmax(S) rounded
 // before P·V, fp32 accumulation, O rounded at the end; L stays fp32.
 template <class T>
-void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse,
-                        Rounding rounding = Rounding::kPlain, Precision low = Precision::fp32,
-                        double* max_abs_s = nullptr) {
+void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse, Rounding rounding = Rounding::kPlain,
+                        Precision low = Precision::fp32, double* max_abs_s = nullptr) {
   const Shape& s = p.shape;
   const int64_t d = s.head_dim;
   const T scale = T(p.scale);
@@ -60,8 +59,7 @@ void standard_attention(const Problem& p, std::vector<T>& o, std::vector<T>& lse
       }
       T l = 0;
       for (int64_t j = 0; j < visible; ++j) {
-        scores[j] = rounding == Rounding::kFmaExp2 ? std::exp2(scores[j] * log2e - m * log2e)
-                                                : std::exp(scores[j] - m);
+        scores[j] = rounding == Rounding::kFmaExp2 ? std::exp2(scores[j] * log2e - m * log2e) : std::exp(scores[j] - m);
         l += scores[j];
       }
       T* out = o.data() + (bh * s.seq_q + i) * d;
@@ -146,8 +144,7 @@ Tolerance tolerance_for(const Problem& problem, const Reference& ref, Precision 
 double tolerance_floor_o(const Reference& ref, Precision precision) {
   // Storing two nearly tied scores in fp32 moves their difference by up to 2·u·max|S|,
   // and the row of O they decide, (P_1 − P_2)/2 · (v_1 − v_2), by up to u·max|S|·max|V|.
-  double floor =
-      std::max(kToleranceFloor, unit_roundoff(Precision::fp32) / 2 * ref.max_abs_s * ref.max_abs_v);
+  double floor = std::max(kToleranceFloor, unit_roundoff(Precision::fp32) / 2 * ref.max_abs_s * ref.max_abs_v);
   if (precision == Precision::fp32) return floor;
   double largest = 0;
   for (double x : ref.o) largest = std::max(largest, std::abs(x));

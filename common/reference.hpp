@@ -15,10 +15,10 @@ namespace common {
 
 /// O and L computed in double precision.
 struct Reference {
-  std::vector<double> o;    ///< (B, H, N_q, d)
+  std::vector<double> o;  ///< (B, H, N_q, d)
   std::vector<double> lse;  ///< (B, H, N_q)
-  double max_abs_s = 0;     ///< max |S| over the scores the queries see (the tolerance's floor)
-  double max_abs_v = 0;     ///< max |V| (the tolerance's floor)
+  double max_abs_s = 0;  ///< max |S| over the scores the queries see (the tolerance's floor)
+  double max_abs_v = 0;  ///< max |V| (the tolerance's floor)
 };
 
 /// Standard attention in fp64: S = scale·QKᵀ (masked when causal), m = rowmax S,
@@ -39,7 +39,7 @@ Result standard_attention_in(const Problem& problem, Precision precision);
 /// Maximum absolute errors of a result against the reference. NaN or a missing
 /// element counts as an infinite error.
 struct Errors {
-  double max_err_o = 0;    ///< max |O - O_ref|
+  double max_err_o = 0;  ///< max |O - O_ref|
   double max_err_lse = 0;  ///< max |L - L_ref|
 };
 
@@ -70,7 +70,7 @@ Errors baseline_errors(const Problem& problem, const Reference& ref, Precision p
 /// tolerance_floor_lse): 1e-6, or half of what one unavoidable rounding can
 /// cost when that is more.
 struct Tolerance {
-  double o = 0;    ///< allowed max |O - O_ref|
+  double o = 0;  ///< allowed max |O - O_ref|
   double lse = 0;  ///< allowed max |L - L_ref|
 };
 
@@ -110,8 +110,8 @@ Tolerance tolerance_for(const Problem& problem, const Reference& ref, Precision 
 
 /// Everything `--check` and the tests need in one place.
 struct Verdict {
-  Errors errors;        ///< the step's errors
-  Errors baseline;      ///< the errors of standard attention in the step's precision
+  Errors errors;  ///< the step's errors
+  Errors baseline;  ///< the errors of standard attention in the step's precision
   Tolerance tolerance;  ///< 2 × baseline + floor
   /// True only when every output is finite, the tolerance is finite and both
   /// errors are within it. A check never passes a NaN or an infinity.

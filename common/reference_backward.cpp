@@ -17,9 +17,9 @@ namespace {
 // Where a float implementation rounds: the forward's three formulations, and P
 // recomputed from the row's log-sum-exp as every FlashAttention backward does.
 enum class Rounding {
-  kPlain,       // s = scale · (q·k), p = exp(s − m) / l
+  kPlain,  // s = scale · (q·k), p = exp(s − m) / l
   kPrescaledQ,  // s = (scale · q)·k: Q scaled first
-  kFmaExp2,     // q·k with fused multiply-adds, p = 2^(s·log2e − m·log2e) / l
+  kFmaExp2,  // q·k with fused multiply-adds, p = 2^(s·log2e − m·log2e) / l
   // FlashAttention's own formulation: L = m + log l and O from the plain scores s, as a
   // forward pass saved them; P = exp(s' − L) with s' recomputed with Q scaled first, as a
   // backward pass recomputes S_ij in its own order; D = dO · O instead of Σ_j P_ij dP_ij.
@@ -165,8 +165,7 @@ double largest(const std::vector<double>& x) {
 }
 
 // check_gradients on inputs already in `precision`.
-GradientVerdict judge(const Problem& problem, const std::vector<float>& d_o, const Gradients& g,
-                      Precision precision) {
+GradientVerdict judge(const Problem& problem, const std::vector<float>& d_o, const Gradients& g, Precision precision) {
   const ReferenceGradients ref = reference_backward(problem, d_o);
   GradientVerdict v;
   v.errors = max_errors(g, ref);

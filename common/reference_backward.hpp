@@ -22,7 +22,7 @@ struct ReferenceGradients {
   std::vector<double> dq;  ///< (B, H, N_q, d)
   std::vector<double> dk;  ///< (B, H, N_kv, d)
   std::vector<double> dv;  ///< (B, H, N_kv, d)
-  double max_abs_s = 0;    ///< max |S| over the scores the queries see
+  double max_abs_s = 0;  ///< max |S| over the scores the queries see
   /// max over the visible scores of |scale|·Σ_c |Q_ic K_jc|: what bounds the rounding of
   /// a score computed as a dot product in any order (at least max |S|)
   double max_abs_s_terms = 0;
@@ -86,8 +86,8 @@ GradientTolerance gradient_tolerance_from(const GradientErrors& baseline, const 
 
 /// Everything `--check --backward` and the gradient tests need in one place.
 struct GradientVerdict {
-  GradientErrors errors;        ///< the step's errors
-  GradientErrors baseline;      ///< the errors of standard attention's gradients in the step's precision
+  GradientErrors errors;  ///< the step's errors
+  GradientErrors baseline;  ///< the errors of standard attention's gradients in the step's precision
   GradientTolerance tolerance;  ///< 2 × baseline + floor
   /// True only when every gradient is finite, the tolerance is finite and each
   /// error is within it.

@@ -48,30 +48,38 @@ using OpenFn = std::function<std::unique_ptr<Session>(const Problem&, const Opti
 /// `__nv_bfloat16` and `__half`); L is always fp32.
 /// Written without CUDA types so that C++ code (the driver, Python) can fill it.
 struct DeviceArgs {
-  Shape shape;                ///< sizes
-  bool causal = false;        ///< top-left aligned mask
-  float scale = 1.0f;         ///< softmax scale
+  Shape shape;  ///< sizes
+  bool causal = false;  ///< top-left aligned mask
+  float scale = 1.0f;  ///< softmax scale
   Precision precision = Precision::fp32;  ///< the element type of q, k, v and o
-  const void* q = nullptr;    ///< Q: (B, H, N_q, d) on the device
-  const void* k = nullptr;    ///< K: (B, H, N_kv, d)
-  const void* v = nullptr;    ///< V: (B, H, N_kv, d)
-  void* o = nullptr;          ///< O: (B, H, N_q, d), written by the kernel
-  float* lse = nullptr;       ///< L: (B, H, N_q), fp32, written by the kernel
+  const void* q = nullptr;  ///< Q: (B, H, N_q, d) on the device
+  const void* k = nullptr;  ///< K: (B, H, N_kv, d)
+  const void* v = nullptr;  ///< V: (B, H, N_kv, d)
+  void* o = nullptr;  ///< O: (B, H, N_q, d), written by the kernel
+  float* lse = nullptr;  ///< L: (B, H, N_q), fp32, written by the kernel
   void* workspace = nullptr;  ///< GpuKernel::workspace_bytes(shape) bytes of device memory, or nullptr
-  void* stream = nullptr;     ///< the cudaStream_t to launch on (nullptr: the default stream)
+  void* stream = nullptr;  ///< the cudaStream_t to launch on (nullptr: the default stream)
 
   /// `q` as the element type a kernel reads, e.g. `args.q_as<float>()`.
   template <class T>
-  const T* q_as() const { return static_cast<const T*>(q); }
+  const T* q_as() const {
+    return static_cast<const T*>(q);
+  }
   /// `k` as the element type a kernel reads.
   template <class T>
-  const T* k_as() const { return static_cast<const T*>(k); }
+  const T* k_as() const {
+    return static_cast<const T*>(k);
+  }
   /// `v` as the element type a kernel reads.
   template <class T>
-  const T* v_as() const { return static_cast<const T*>(v); }
+  const T* v_as() const {
+    return static_cast<const T*>(v);
+  }
   /// `o` as the element type a kernel writes.
   template <class T>
-  T* o_as() const { return static_cast<T*>(o); }
+  T* o_as() const {
+    return static_cast<T*>(o);
+  }
 };
 
 /// A named figure for a report, e.g. {"registers", 96}.
@@ -104,10 +112,10 @@ struct GpuKernel {
 
 /// Everything the driver needs to know about a step.
 struct StepInfo {
-  std::string name;                 ///< directory name, e.g. "step02_tiled_cpu"
-  std::string title;                ///< one line: what the step adds
-  ForwardFn forward;                ///< the forward pass (every step)
-  OpenFn open;                      ///< a session for repeated runs (empty: built from `forward`)
+  std::string name;  ///< directory name, e.g. "step02_tiled_cpu"
+  std::string title;  ///< one line: what the step adds
+  ForwardFn forward;  ///< the forward pass (every step)
+  OpenFn open;  ///< a session for repeated runs (empty: built from `forward`)
   /// Backward steps: the backward pass, `stepNN::attention_backward` (empty for a
   /// forward-only step). Its forward is `forward`, the step it extends.
   BackwardFn backward;
@@ -119,14 +127,14 @@ struct StepInfo {
   /// atomics); false where the order is fixed anyway.
   bool has_deterministic_option = false;
   std::shared_ptr<const GpuKernel> gpu;  ///< GPU steps: the launch on device pointers
-  std::vector<int64_t> head_dims;   ///< supported d (empty = any d >= 1)
+  std::vector<int64_t> head_dims;  ///< supported d (empty = any d >= 1)
   /// The precisions the step computes in (`--dtype`); the first is its native
   /// one, the default.
   std::vector<Precision> precisions{Precision::fp32};
-  bool needs_gpu = false;           ///< runs on a CUDA GPU
-  bool uses_sram_budget = false;    ///< takes `--sram-floats M`
+  bool needs_gpu = false;  ///< runs on a CUDA GPU
+  bool uses_sram_budget = false;  ///< takes `--sram-floats M`
   int64_t default_sram_floats = 0;  ///< M used when `--sram-floats` is not given
-  bool has_trace = false;           ///< prints a step-by-step trace for `--trace`
+  bool has_trace = false;  ///< prints a step-by-step trace for `--trace`
   /// A rough rate of this step on one CPU core, in FLOP/s counted as
   /// 4·B·H·N_q·N_kv·(d + 16) (the 16 stands for each score's exp, max and sum),
   /// for telling a user up front that a run will take long (0 = not estimated).

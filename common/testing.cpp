@@ -46,8 +46,8 @@ int run_program_captured(const StepInfo& step, const std::vector<std::string>& a
 void check_problem(const StepInfo& step, const Problem& problem, const Options& options) {
   const Result result = step.forward(problem, options);
   const Verdict v = check_result(problem, result, options.precision);
-  const std::string what = step.name + ", " + describe(problem.shape) + (problem.causal ? " causal" : "") +
-                           ", scale " + std::to_string(problem.scale) + ", " + name(options.precision) +
+  const std::string what = step.name + ", " + describe(problem.shape) + (problem.causal ? " causal" : "") + ", scale " +
+                           std::to_string(problem.scale) + ", " + name(options.precision) +
                            ", FLASH_TEST_SEED=" + std::to_string(run_seed());
   INFO(what);
   CHECK(result.o.size() == static_cast<size_t>(problem.shape.q_elements()));
@@ -94,8 +94,14 @@ void check_seed004_shapes(const StepInfo& step, const Options& options) {
 void check_causal_tails(const StepInfo& step, const std::vector<int64_t>& head_dims, const Options& options) {
   const uint64_t seed = run_seed();
   for (int64_t d : head_dims) {
-    for (auto [n_q, n_kv] : {std::pair<int64_t, int64_t>{65, 200}, {200, 65}, {127, 129}, {300, 31}, {1, 500},
-                             {500, 1}, {64, 64}, {129, 96}}) {
+    for (auto [n_q, n_kv] : {std::pair<int64_t, int64_t>{65, 200},
+                             {200, 65},
+                             {127, 129},
+                             {300, 31},
+                             {1, 500},
+                             {500, 1},
+                             {64, 64},
+                             {129, 96}}) {
       CAPTURE(d);
       CAPTURE(n_q);
       CAPTURE(n_kv);
@@ -135,8 +141,7 @@ double extra(const Figures& figures, const std::string& name) {
 }
 
 void check_no_spills(const StepInfo& step, int64_t head_dim, const Options& options) {
-  const Result r =
-      step.forward(make_random_problem(Shape{1, 2, 300, 300, head_dim}, false, std::nullopt, 3), options);
+  const Result r = step.forward(make_random_problem(Shape{1, 2, 300, 300, head_dim}, false, std::nullopt, 3), options);
   CAPTURE(head_dim);
   CHECK(extra(r, "local_bytes") == 0);
   CHECK(extra(r, "blocks_per_sm") >= 1);

@@ -6,8 +6,8 @@
 
 namespace common {
 
-void print_matrix(std::ostream& out, const std::string& name, const float* data, int64_t rows,
-                  int64_t cols, int64_t stride, int indent) {
+void print_matrix(std::ostream& out, const std::string& name, const float* data, int64_t rows, int64_t cols,
+                  int64_t stride, int indent) {
   const std::string pad(static_cast<size_t>(indent), ' ');
   const std::string inner(name.size() + 4, ' ');
   out << pad << name << " = [";

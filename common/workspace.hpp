@@ -22,8 +22,7 @@ class WorkspaceCounter {
   static void add(int64_t bytes) {
     const int64_t now = live_.fetch_add(bytes) + bytes;
     int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
   }
   /// Records `bytes` less working memory.
   static void remove(int64_t bytes) { live_.fetch_sub(bytes); }
@@ -58,21 +57,25 @@ struct CountingAllocator {
   CountingAllocator(const CountingAllocator<U>&) noexcept {}
   /// Allocates n elements and counts them.
   T* allocate(std::size_t n) {
-    T* p = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kWorkspaceAlignment}));
+    T* p = static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kWorkspaceAlignment}));
     WorkspaceCounter::add(static_cast<int64_t>(n * sizeof(T)));
     return p;
   }
   /// Frees n elements and uncounts them.
   void deallocate(T* p, std::size_t n) noexcept {
     WorkspaceCounter::remove(static_cast<int64_t>(n * sizeof(T)));
-    ::operator delete(p, std::align_val_t{kWorkspaceAlignment});
+    ::operator delete (p, std::align_val_t{kWorkspaceAlignment});
   }
   /// All counting allocators are interchangeable.
   template <class U>
-  bool operator==(const CountingAllocator<U>&) const noexcept { return true; }
+  bool operator==(const CountingAllocator<U>&) const noexcept {
+    return true;
+  }
   /// All counting allocators are interchangeable.
   template <class U>
-  bool operator!=(const CountingAllocator<U>&) const noexcept { return false; }
+  bool operator!=(const CountingAllocator<U>&) const noexcept {
+    return false;
+  }
 };
 
 /// A step's working buffer: a vector whose bytes count towards `peak_bytes`.

@@ -143,14 +143,16 @@ class Borrowed {
       int64_t expected = 1;
       for (int i = t.ndim - 1; i >= 0; --i) {
         if (t.shape[i] != 1 && t.strides[i] != expected) {
-          throw common::InputError(name_ + " is not contiguous; a GPU step takes tensors without a copy, so make "
+          throw common::InputError(name_ +
+                                   " is not contiguous; a GPU step takes tensors without a copy, so make "
                                    "one first (PyTorch: .contiguous())");
         }
         expected *= t.shape[i];
       }
     }
     if (reinterpret_cast<uintptr_t>(data()) % kAlignment != 0) {
-      throw common::InputError(name_ + "'s data does not start on a 16-byte boundary (a view at an odd offset); "
+      throw common::InputError(name_ +
+                               "'s data does not start on a 16-byte boundary (a view at an odd offset); "
                                "make a copy first (PyTorch: .clone())");
     }
   }
@@ -295,8 +297,8 @@ std::optional<Borrowed> borrow_workspace(py::handle workspace, int64_t needed, c
 
 int64_t dlpack_stream(std::optional<int64_t> stream) {
   if (stream && *stream < 0) {
-    throw common::InputError("stream must be a CUDA stream handle, an integer >= 0 (got " +
-                             std::to_string(*stream) + ")");
+    throw common::InputError("stream must be a CUDA stream handle, an integer >= 0 (got " + std::to_string(*stream) +
+                             ")");
   }
   return !stream || *stream == 0 ? 1 : *stream;
 }
@@ -316,9 +318,9 @@ int device_of(py::handle q) {
   return py::int_(device[1]).cast<int>();
 }
 
-void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
-            py::handle lse, py::handle workspace, bool causal, std::optional<double> scale,
-            std::optional<int64_t> stream, bool check_finite) {
+void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
+            py::handle workspace, bool causal, std::optional<double> scale, std::optional<int64_t> stream,
+            bool check_finite) {
   const int64_t dl_stream = dlpack_stream(stream);
   const Inputs in = borrow_inputs(step, q, k, v, dl_stream);
   const common::Shape& shape = in.shape;
@@ -361,9 +363,8 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
 }
 
 void launch_backward(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
-                     py::handle lse, py::handle d_o, py::handle dq, py::handle dk, py::handle dv,
-                     py::handle workspace, bool causal, std::optional<double> scale, bool deterministic,
-                     std::optional<int64_t> stream) {
+                     py::handle lse, py::handle d_o, py::handle dq, py::handle dk, py::handle dv, py::handle workspace,
+                     bool causal, std::optional<double> scale, bool deterministic, std::optional<int64_t> stream) {
   const int64_t dl_stream = dlpack_stream(stream);
   const Inputs in = borrow_inputs(step, q, k, v, dl_stream);
   if (!step.gpu->launch_backward) throw common::InputError(step.name + " has no backward pass");

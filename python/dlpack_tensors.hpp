@@ -56,9 +56,9 @@ int device_of(py::handle q);
 /// kernel is enqueued on `stream` and not waited for. With `check_finite`, Q, K
 /// and V are first checked for NaN and infinity on the device (one small kernel
 /// each and a wait for the stream).
-void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
-            py::handle lse, py::handle workspace, bool causal, std::optional<double> scale,
-            std::optional<int64_t> stream, bool check_finite);
+void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
+            py::handle workspace, bool causal, std::optional<double> scale, std::optional<int64_t> stream,
+            bool check_finite);
 
 /// Runs `step`'s backward kernels on DLPack tensors (GpuKernel::launch_backward):
 /// reads Q, K, V, the forward's O and L, and dO; writes dQ, dK, dV in place. Q, K,
@@ -69,9 +69,8 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
 /// workspace sharing no memory with any other tensor. Enqueued on `stream`, not
 /// waited for; the inputs are not scanned for NaN.
 void launch_backward(const common::StepInfo& step, py::handle q, py::handle k, py::handle v, py::handle o,
-                     py::handle lse, py::handle d_o, py::handle dq, py::handle dk, py::handle dv,
-                     py::handle workspace, bool causal, std::optional<double> scale, bool deterministic,
-                     std::optional<int64_t> stream);
+                     py::handle lse, py::handle d_o, py::handle dq, py::handle dk, py::handle dv, py::handle workspace,
+                     bool causal, std::optional<double> scale, bool deterministic, std::optional<int64_t> stream);
 
 /// "float32", "bfloat16", "float16" (or another DLPack dtype's name): the
 /// element type of a CUDA tensor lent through DLPack on `stream`.

@@ -78,8 +78,8 @@ int64_t sram_floats_arg(py::handle value) {
   }
   const std::string text = py::str(value);
   int overflow = 0;
-  const long long m = PyLong_AsLongLongAndOverflow(py::int_(py::reinterpret_borrow<py::object>(value)).ptr(),
-                                                   &overflow);
+  const long long m =
+      PyLong_AsLongLongAndOverflow(py::int_(py::reinterpret_borrow<py::object>(value)).ptr(), &overflow);
   if (overflow || m < 0 || m > kMaxSramFloats) {
     throw common::InputError("sram_floats needs an integer in [1, " + std::to_string(kMaxSramFloats) +
                              "] (0: the step's default), got " +
@@ -91,8 +91,7 @@ int64_t sram_floats_arg(py::handle value) {
 std::optional<std::string> dtype_arg(py::handle value) {
   if (value.is_none()) return std::nullopt;
   if (!PyUnicode_Check(value.ptr())) {
-    throw py::type_error("dtype must be 'fp32', 'bf16', 'fp16' or None (the step's own); got " +
-                         describe_value(value));
+    throw py::type_error("dtype must be 'fp32', 'bf16', 'fp16' or None (the step's own); got " + describe_value(value));
   }
   return value.cast<std::string>();
 }
@@ -144,8 +143,7 @@ std::vector<float> copy_elements(const py::array& array) {
 
 }  // namespace
 
-common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bool causal,
-                                    std::optional<double> scale,
+common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bool causal, std::optional<double> scale,
                                     const std::function<void(const common::Shape&)>& before_copy) {
   const py::array qa = float32_array(q, "q"), ka = float32_array(k, "k"), va = float32_array(v, "v");
   common::Problem problem;

@@ -88,8 +88,7 @@ py::array float32_array(py::handle object, const std::string& name);
 /// anything is copied, then the copies checked for NaN and infinity. The
 /// messages name the arguments: "q", "k", "v". An array of any strides is
 /// copied once, straight into the Problem (no contiguous copy by NumPy first).
-common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bool causal,
-                                    std::optional<double> scale,
+common::Problem problem_from_arrays(py::handle q, py::handle k, py::handle v, bool causal, std::optional<double> scale,
                                     const std::function<void(const common::Shape&)>& before_copy = {});
 
 /// O and L of `shape` given as float32 NumPy arrays, as a common::Result, for

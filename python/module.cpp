@@ -84,7 +84,8 @@ void require_check_memory(const common::Shape& shape) { common::require_host_mem
 
 /// O and L of fp64 standard attention on NumPy arrays: (o, lse) as float64 arrays.
 py::tuple reference(py::handle q, py::handle k, py::handle v, py::handle causal, py::handle scale) {
-  const common::Problem problem = problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_check_memory);
+  const common::Problem problem =
+      problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_check_memory);
   common::Reference ref;
   {
     py::gil_scoped_release release;
@@ -97,7 +98,8 @@ py::tuple reference(py::handle q, py::handle k, py::handle v, py::handle causal,
 /// The tolerance rule's verdict on (o, lse) for these inputs.
 common::Verdict check(py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse, py::handle causal,
                       py::handle scale) {
-  const common::Problem problem = problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_check_memory);
+  const common::Problem problem =
+      problem_from_arrays(q, k, v, causal_arg(causal), scale_arg(scale), require_check_memory);
   const common::Result result = result_from_arrays(o, lse, problem.shape);
   py::gil_scoped_release release;
   return common::check_result(problem, result);
@@ -110,8 +112,8 @@ void require_backward(const common::StepInfo& step) {
   for (const common::StepInfo& s : tour::built_steps()) {
     if (s.backward) with += (with.empty() ? "" : ", ") + s.name;
   }
-  throw common::InputError(step.name + " has no backward pass; the built steps with one: " +
-                           (with.empty() ? "none" : with));
+  throw common::InputError(step.name +
+                           " has no backward pass; the built steps with one: " + (with.empty() ? "none" : with));
 }
 
 /// Runs `step`'s backward pass on NumPy arrays and returns (dq, dk, dv) as float32
@@ -129,7 +131,8 @@ py::tuple backward_arrays(const common::StepInfo& step, py::handle q, py::handle
   options.sram_floats = sram_floats_arg(sram_floats);
   options.deterministic = bool_arg(deterministic, "deterministic");
   if (options.deterministic && !step.has_deterministic_option) {
-    throw common::InputError(step.name + " sums dQ in one fixed order always; deterministic=True is for the steps "
+    throw common::InputError(step.name +
+                             " sums dQ in one fixed order always; deterministic=True is for the steps "
                              "whose dQ is summed by atomics (has_deterministic_option)");
   }
   const std::optional<std::string> precision = dtype_arg(dtype);
@@ -152,7 +155,8 @@ py::tuple backward_arrays(const common::StepInfo& step, py::handle q, py::handle
     return std::all_of(x.begin(), x.end(), [](float e) { return std::isfinite(e); });
   };
   if (!finite(g.dq) || !finite(g.dk) || !finite(g.dv)) {
-    const std::string text = step.name + ": some gradients are not finite: these inputs overflow float32 inside the backward";
+    const std::string text =
+        step.name + ": some gradients are not finite: these inputs overflow float32 inside the backward";
     if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) != 0) throw py::error_already_set();  // -W error
   }
   const common::Shape& s = problem.shape;
@@ -267,33 +271,34 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("failure", &common::Verdict::failure, "why it failed, in one line (empty when passed)")
       .def_property_readonly("max_err_o", [](const common::Verdict& v) { return v.errors.max_err_o; })
       .def_property_readonly("max_err_lse", [](const common::Verdict& v) { return v.errors.max_err_lse; })
-      .def_property_readonly("baseline_o", [](const common::Verdict& v) { return v.baseline.max_err_o; },
-                             "max error of O of fp32 standard attention on the same inputs")
+      .def_property_readonly(
+          "baseline_o", [](const common::Verdict& v) { return v.baseline.max_err_o; },
+          "max error of O of fp32 standard attention on the same inputs")
       .def_property_readonly("baseline_lse", [](const common::Verdict& v) { return v.baseline.max_err_lse; })
-      .def_property_readonly("tolerance_o", [](const common::Verdict& v) { return v.tolerance.o; },
-                             "2 x baseline_o + 1e-6")
+      .def_property_readonly(
+          "tolerance_o", [](const common::Verdict& v) { return v.tolerance.o; }, "2 x baseline_o + 1e-6")
       .def_property_readonly("tolerance_lse", [](const common::Verdict& v) { return v.tolerance.lse; })
       .def("__bool__", [](const common::Verdict& v) { return v.passed; })
       .def("__repr__", [](const common::Verdict& v) {
         return std::string(v.passed ? "Verdict(passed" : "Verdict(FAILED: " + v.failure) +
                ", max_err_o=" + std::to_string(v.errors.max_err_o) + " <= " + std::to_string(v.tolerance.o) +
-               ", max_err_lse=" + std::to_string(v.errors.max_err_lse) + " <= " + std::to_string(v.tolerance.lse) +
-               ")";
+               ", max_err_lse=" + std::to_string(v.errors.max_err_lse) + " <= " + std::to_string(v.tolerance.lse) + ")";
       });
 
-  py::class_<common::GradientVerdict>(m, "GradientVerdict",
-                                      "The gradient rule's verdict (common::check_gradients).")
+  py::class_<common::GradientVerdict>(m, "GradientVerdict", "The gradient rule's verdict (common::check_gradients).")
       .def_readonly("passed", &common::GradientVerdict::passed, "every gradient finite and each error within tolerance")
       .def_readonly("failure", &common::GradientVerdict::failure, "why it failed, in one line (empty when passed)")
       .def_property_readonly("max_err_dq", [](const common::GradientVerdict& v) { return v.errors.dq; })
       .def_property_readonly("max_err_dk", [](const common::GradientVerdict& v) { return v.errors.dk; })
       .def_property_readonly("max_err_dv", [](const common::GradientVerdict& v) { return v.errors.dv; })
-      .def_property_readonly("baseline_dq", [](const common::GradientVerdict& v) { return v.baseline.dq; },
-                             "max error of dQ of standard attention's gradients in the same precision")
+      .def_property_readonly(
+          "baseline_dq", [](const common::GradientVerdict& v) { return v.baseline.dq; },
+          "max error of dQ of standard attention's gradients in the same precision")
       .def_property_readonly("baseline_dk", [](const common::GradientVerdict& v) { return v.baseline.dk; })
       .def_property_readonly("baseline_dv", [](const common::GradientVerdict& v) { return v.baseline.dv; })
-      .def_property_readonly("tolerance_dq", [](const common::GradientVerdict& v) { return v.tolerance.dq; },
-                             "2 x baseline_dq + the floor")
+      .def_property_readonly(
+          "tolerance_dq", [](const common::GradientVerdict& v) { return v.tolerance.dq; },
+          "2 x baseline_dq + the floor")
       .def_property_readonly("tolerance_dk", [](const common::GradientVerdict& v) { return v.tolerance.dk; })
       .def_property_readonly("tolerance_dv", [](const common::GradientVerdict& v) { return v.tolerance.dv; })
       .def("__bool__", [](const common::GradientVerdict& v) { return v.passed; })
@@ -325,14 +330,16 @@ PYBIND11_MODULE(_native, m) {
             return names;
           },
           "the precisions it computes in (the programs' --dtype), its own first: ['fp32']")
-      .def("forward", &flash_python::forward_arrays, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
-           py::arg("scale") = py::none(), py::arg("sram_floats") = 0, py::arg("dtype") = py::none(),
+      .def("forward", &flash_python::forward_arrays, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),
+           py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("sram_floats") = 0,
+           py::arg("dtype") = py::none(),
            "(o, lse) for float32 NumPy arrays q, k, v [B, H, N, d] (any strides: copied). Any step; a GPU step\n"
            "uploads, launches once and downloads. sram_floats: the budget M of steps that use one (0: default).\n"
            "dtype: the precision to compute in, 'fp32', 'bf16' or 'fp16' (None: the step's own, precisions[0]);\n"
            "one the step does not compute in is refused. Arrays in and out stay float32 (O widened).")
-      .def_property_readonly("has_backward", [](const common::StepInfo& s) { return bool(s.backward); },
-                             "has a backward pass (backward(), and launch_backward() for GPU steps)")
+      .def_property_readonly(
+          "has_backward", [](const common::StepInfo& s) { return bool(s.backward); },
+          "has a backward pass (backward(), and launch_backward() for GPU steps)")
       .def_readonly("extends", &common::StepInfo::extends,
                     "backward steps: the forward step this one extends, e.g. 'step08_fa2_pipelined' ('' otherwise)")
       .def_readonly("has_deterministic_option", &common::StepInfo::has_deterministic_option,
@@ -344,41 +351,46 @@ PYBIND11_MODULE(_native, m) {
            "o [B, H, N_q, d] and lse [B, H, N_q], and d_o = dloss/dO [B, H, N_q, d] (any strides: copied).\n"
            "Steps with a backward pass only (has_backward); a GPU step uploads, launches once and downloads.\n"
            "dtype as for forward(); deterministic: sum dQ in a fixed order (has_deterministic_option steps).")
-      .def("backward_workspace_bytes",
-           [](const common::StepInfo& s, const common::Shape& shape, py::handle deterministic) -> int64_t {
-             const bool fixed_order = flash_python::bool_arg(deterministic, "deterministic");
-             return s.gpu && s.gpu->backward_workspace_bytes ? s.gpu->backward_workspace_bytes(shape, fixed_order) : 0;
-           },
-           py::arg("shape"), py::arg("deterministic") = false,
-           "bytes of device memory launch_backward() needs as `workspace` (0: none)")
+      .def(
+          "backward_workspace_bytes",
+          [](const common::StepInfo& s, const common::Shape& shape, py::handle deterministic) -> int64_t {
+            const bool fixed_order = flash_python::bool_arg(deterministic, "deterministic");
+            return s.gpu && s.gpu->backward_workspace_bytes ? s.gpu->backward_workspace_bytes(shape, fixed_order) : 0;
+          },
+          py::arg("shape"), py::arg("deterministic") = false,
+          "bytes of device memory launch_backward() needs as `workspace` (0: none)")
       .def_property_readonly(
           "needs_workspace", [](const common::StepInfo& s) { return s.gpu && s.gpu->workspace_bytes != nullptr; },
           "launch() needs device memory besides O and L (workspace_bytes(shape) says how much)")
-      .def("workspace_bytes",
-           [](const common::StepInfo& s, const common::Shape& shape) -> int64_t {
-             return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape) : 0;
-           },
-           py::arg("shape"), "bytes of device memory launch() needs as `workspace` (0: none)")
+      .def(
+          "workspace_bytes",
+          [](const common::StepInfo& s, const common::Shape& shape) -> int64_t {
+            return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape) : 0;
+          },
+          py::arg("shape"), "bytes of device memory launch() needs as `workspace` (0: none)")
       .def("__repr__", [](const common::StepInfo& s) { return "<Step " + s.name + ": " + s.title + ">"; });
 
-  m.def("steps", [] { return tour::built_steps(); }, "every step built in this tree, in teaching order");
+  m.def(
+      "steps", [] { return tour::built_steps(); }, "every step built in this tree, in teaching order");
   m.def("host_timing", &common::set_host_timing, py::arg("on"),
         "times the host phases of each launch from now on (True) or no longer (False); see host_times()");
-  m.def("host_times",
-        [] {
-          py::dict by_phase;
-          for (const auto& [phase, total] : common::take_host_times()) {
-            by_phase[py::str(phase)] = py::make_tuple(total.calls, double(total.nanoseconds) * 1e-3);
-          }
-          return by_phase;
-        },
-        "{phase: (calls, microseconds in all)} of the host phases timed since the last call (which\n"
-        "starts the totals again); empty unless host_timing(True) or FLASH_STEPS_HOST_TIMING=1");
+  m.def(
+      "host_times",
+      [] {
+        py::dict by_phase;
+        for (const auto& [phase, total] : common::take_host_times()) {
+          by_phase[py::str(phase)] = py::make_tuple(total.calls, double(total.nanoseconds) * 1e-3);
+        }
+        return by_phase;
+      },
+      "{phase: (calls, microseconds in all)} of the host phases timed since the last call (which\n"
+      "starts the totals again); empty unless host_timing(True) or FLASH_STEPS_HOST_TIMING=1");
   if (const char* env = std::getenv("FLASH_STEPS_HOST_TIMING"); env != nullptr && std::string(env) == "1") {
     common::set_host_timing(true);
   }
-  m.def("unbuilt_steps", [] { return tour::unbuilt_steps(); },
-        "steps whose directory exists but that this build left out (no CUDA compiler)");
+  m.def(
+      "unbuilt_steps", [] { return tour::unbuilt_steps(); },
+      "steps whose directory exists but that this build left out (no CUDA compiler)");
   m.def("reference_attention", &flash_python::reference, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),
         py::arg("causal") = false, py::arg("scale") = py::none(),
         "(o, lse) of standard attention in fp64 (common::reference_attention) for float32 NumPy arrays");
@@ -392,8 +404,8 @@ PYBIND11_MODULE(_native, m) {
         "the gradient rule's GradientVerdict on (dq, dk, dv): each max error against the fp64 gradients at\n"
         "most 2 x that of standard attention's gradients in the same precision (dtype: 'fp32', 'bf16',\n"
         "'fp16'; None: fp32) on the same inputs + a floor (common::check_gradients)");
-  m.def("check_result", &flash_python::check, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
-        py::arg("lse"), py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
+  m.def("check_result", &flash_python::check, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"),
+        py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(),
         "the tolerance rule's Verdict on (o, lse): max error against the fp64 reference at most\n"
         "2 x that of fp32 standard attention on the same inputs + 1e-6 (common::check_result)");
 
@@ -407,40 +419,40 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("stream") = py::none(),
       "the Shape of CUDA tensors q, k, v, checked as launch() checks them (before outputs are allocated)");
-  step.def("launch",
-           [](const common::StepInfo& s, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
-              py::handle workspace, py::handle causal, py::handle scale, std::optional<int64_t> stream,
-              bool check_finite) {
-             flash_python::launch(s, q, k, v, o, lse, workspace, flash_python::causal_arg(causal),
-                                  flash_python::scale_arg(scale), stream, check_finite);
-           },
-           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"),
-           py::arg("lse"), py::arg("workspace") = py::none(), py::kw_only(), py::arg("causal") = false,
-           py::arg("scale") = py::none(), py::arg("stream") = py::none(), py::arg("check_finite") = false,
-           "Enqueues the step's kernel on CUDA tensors lent through DLPack (no copy): reads q, k, v\n"
-           "[B, H, N, d] of one of the step's dtypes (float32, bfloat16, float16: the precision it computes\n"
-           "in), writes o [B, H, N_q, d] of q's dtype and lse [B, H, N_q] float32 in place. stream: the\n"
-           "cudaStream_t to run on, as an integer (None or 0: the legacy default stream); each tensor's\n"
-           "__dlpack__(stream=...) makes it wait for the tensor's producer. Not waited for.\n"
-           "check_finite: refuse NaN or infinity in q, k, v first (a wait for the stream).");
-  step.def("launch_backward",
-           [](const common::StepInfo& s, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
-              py::handle d_o, py::handle dq, py::handle dk, py::handle dv, py::handle workspace, py::handle causal,
-              py::handle scale, py::handle deterministic, std::optional<int64_t> stream) {
-             flash_python::require_backward(s);
-             const bool fixed_order = flash_python::bool_arg(deterministic, "deterministic");
-             flash_python::launch_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, workspace,
-                                           flash_python::causal_arg(causal), flash_python::scale_arg(scale),
-                                           fixed_order, stream);
-           },
-           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("d_o"), py::arg("dq"),
-           py::arg("dk"), py::arg("dv"), py::arg("workspace") = py::none(), py::kw_only(), py::arg("causal") = false,
-           py::arg("scale") = py::none(), py::arg("deterministic") = false, py::arg("stream") = py::none(),
-           "Enqueues the step's backward pass on CUDA tensors lent through DLPack (no copy): reads q, k, v,\n"
-           "o, d_o of one of the step's dtypes and lse float32, as launch() takes and writes them, and writes\n"
-           "dq [B, H, N_q, d], dk, dv [B, H, N_kv, d] of q's dtype in place. workspace: at least\n"
-           "backward_workspace_bytes(shape, deterministic) bytes. stream as for launch(). Not waited for;\n"
-           "the inputs are not scanned for NaN (use backward() on NumPy arrays for that).");
+  step.def(
+      "launch",
+      [](const common::StepInfo& s, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
+         py::handle workspace, py::handle causal, py::handle scale, std::optional<int64_t> stream, bool check_finite) {
+        flash_python::launch(s, q, k, v, o, lse, workspace, flash_python::causal_arg(causal),
+                             flash_python::scale_arg(scale), stream, check_finite);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("workspace") = py::none(),
+      py::kw_only(), py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("stream") = py::none(),
+      py::arg("check_finite") = false,
+      "Enqueues the step's kernel on CUDA tensors lent through DLPack (no copy): reads q, k, v\n"
+      "[B, H, N, d] of one of the step's dtypes (float32, bfloat16, float16: the precision it computes\n"
+      "in), writes o [B, H, N_q, d] of q's dtype and lse [B, H, N_q] float32 in place. stream: the\n"
+      "cudaStream_t to run on, as an integer (None or 0: the legacy default stream); each tensor's\n"
+      "__dlpack__(stream=...) makes it wait for the tensor's producer. Not waited for.\n"
+      "check_finite: refuse NaN or infinity in q, k, v first (a wait for the stream).");
+  step.def(
+      "launch_backward",
+      [](const common::StepInfo& s, py::handle q, py::handle k, py::handle v, py::handle o, py::handle lse,
+         py::handle d_o, py::handle dq, py::handle dk, py::handle dv, py::handle workspace, py::handle causal,
+         py::handle scale, py::handle deterministic, std::optional<int64_t> stream) {
+        flash_python::require_backward(s);
+        const bool fixed_order = flash_python::bool_arg(deterministic, "deterministic");
+        flash_python::launch_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, workspace, flash_python::causal_arg(causal),
+                                      flash_python::scale_arg(scale), fixed_order, stream);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("lse"), py::arg("d_o"), py::arg("dq"),
+      py::arg("dk"), py::arg("dv"), py::arg("workspace") = py::none(), py::kw_only(), py::arg("causal") = false,
+      py::arg("scale") = py::none(), py::arg("deterministic") = false, py::arg("stream") = py::none(),
+      "Enqueues the step's backward pass on CUDA tensors lent through DLPack (no copy): reads q, k, v,\n"
+      "o, d_o of one of the step's dtypes and lse float32, as launch() takes and writes them, and writes\n"
+      "dq [B, H, N_q, d], dk, dv [B, H, N_kv, d] of q's dtype in place. workspace: at least\n"
+      "backward_workspace_bytes(shape, deterministic) bytes. stream as for launch(). Not waited for;\n"
+      "the inputs are not scanned for NaN (use backward() on NumPy arrays for that).");
   m.def("device_of", &flash_python::device_of, py::arg("tensor"), "the CUDA device id of a DLPack tensor");
   m.def("dtype_of", &flash_python::dtype_of, py::arg("tensor"), py::kw_only(), py::arg("stream") = py::none(),
         "'float32', 'bfloat16', 'float16' (or DLPack's name of another): the dtype of a CUDA tensor");
@@ -458,6 +470,7 @@ PYBIND11_MODULE(_native, m) {
       .def("__dlpack_device__", &flash_python::DeviceArray::dlpack_device);
 #else
   m.attr("cuda_built") = false;
-  m.def("gpu_available", [] { return false; }, "a CUDA GPU can be used (never: this build has no CUDA)");
+  m.def(
+      "gpu_available", [] { return false; }, "a CUDA GPU can be used (never: this build has no CUDA)");
 #endif
 }

@@ -48,16 +48,16 @@ common::Result attention_forward(const common::Problem& problem, const common::O
   // out: Eigen splits a vectorised loop by where the destination's memory starts,
   // and the elements of the split round differently (common/workspace.hpp).
   common::Workspace<float> o_storage(static_cast<size_t>(n_q * d));  // O: (N_q, d)
-  common::Workspace<float> lse_storage(static_cast<size_t>(n_q));    // L: (N_q)
+  common::Workspace<float> lse_storage(static_cast<size_t>(n_q));  // L: (N_q)
   MatrixMap S(s_storage.data(), n_q, n_kv);
   VectorMap m(m_storage.data(), n_q), l(l_storage.data(), n_q);
 
   for (int64_t bh = 0; bh < shape.batch_heads(); ++bh) {
-    ConstMatrixMap Q(problem.q.data() + bh * n_q * d, n_q, d);   // Q: (N_q, d)
-    ConstMatrixMap K(problem.k.data() + bh * n_kv * d, n_kv, d); // K: (N_kv, d)
-    ConstMatrixMap V(problem.v.data() + bh * n_kv * d, n_kv, d); // V: (N_kv, d)
-    MatrixMap O(o_storage.data(), n_q, d);                       // O: (N_q, d)
-    VectorMap L(lse_storage.data(), n_q);                        // L: (N_q)
+    ConstMatrixMap Q(problem.q.data() + bh * n_q * d, n_q, d);  // Q: (N_q, d)
+    ConstMatrixMap K(problem.k.data() + bh * n_kv * d, n_kv, d);  // K: (N_kv, d)
+    ConstMatrixMap V(problem.v.data() + bh * n_kv * d, n_kv, d);  // V: (N_kv, d)
+    MatrixMap O(o_storage.data(), n_q, d);  // O: (N_q, d)
+    VectorMap L(lse_storage.data(), n_q);  // L: (N_q)
 
     //! [standard attention]
     // S = scale · Q Kᵀ: one matrix product, the whole N_q × N_kv matrix at once.
@@ -74,7 +74,7 @@ common::Result attention_forward(const common::Problem& problem, const common::O
     l = S.rowwise().sum();
     O.noalias() = S * V;
     O = l.cwiseInverse().asDiagonal() * O;  // normalise each row by its l
-    L = m.array() + l.array().log();        // L = m + log(l)
+    L = m.array() + l.array().log();  // L = m + log(l)
     //! [standard attention]
     MatrixMap(result.o.data() + bh * n_q * d, n_q, d) = O;
     VectorMap(result.lse.data() + bh * n_q, n_q) = L;

@@ -70,13 +70,13 @@ common::Result attention_forward(const common::Problem& problem, const common::O
   // "SRAM": one tile of each operand.
   Tile Kj_t(Bc, d), Vj_t(Bc, d);  // K_j, V_j: (B_c, d)
   Tile Qi_t(Br, d), Oi_t(Br, d);  // Q_i, O_i: (B_r, d)
-  Tile Sij_t(Br, Bc);             // S_ij, then P̃_ij in place: (B_r, B_c)
-  Tile PV_t(Br, d);               // P̃_ij V_j: (B_r, d)
-  Tile rows_t(6, Br);             // l_i, m_i, m̃_ij, l̃_ij, m_i^new, l_i^new: (B_r) each
+  Tile Sij_t(Br, Bc);  // S_ij, then P̃_ij in place: (B_r, B_c)
+  Tile PV_t(Br, d);  // P̃_ij V_j: (B_r, d)
+  Tile rows_t(6, Br);  // l_i, m_i, m̃_ij, l̃_ij, m_i^new, l_i^new: (B_r) each
   MatrixMap Kj = Kj_t.map(), Vj = Vj_t.map(), Qi = Qi_t.map(), Oi = Oi_t.map();
   MatrixMap Sij = Sij_t.map(), PV = PV_t.map();
-  VectorMap li(rows_t.storage.data(), Br), mi(li.data() + Br, Br), mij(mi.data() + Br, Br),
-      lij(mij.data() + Br, Br), mi_new(lij.data() + Br, Br), li_new(mi_new.data() + Br, Br);
+  VectorMap li(rows_t.storage.data(), Br), mi(li.data() + Br, Br), mij(mi.data() + Br, Br), lij(mij.data() + Br, Br),
+      mi_new(lij.data() + Br, Br), li_new(mi_new.data() + Br, Br);
 
   std::ostream* trace = options.trace;
   if (trace) {
@@ -86,12 +86,12 @@ common::Result attention_forward(const common::Problem& problem, const common::O
   common::Progress progress(options.progress, shape.batch_heads() * Tc * Tr);  // one unit per (j, i)
 
   for (int64_t bh = 0; bh < shape.batch_heads(); ++bh) {
-    ConstMatrixMap Q(problem.q.data() + bh * n_q * d, n_q, d);   // Q: (N_q, d) in HBM
-    ConstMatrixMap K(problem.k.data() + bh * n_kv * d, n_kv, d); // K: (N_kv, d) in HBM
-    ConstMatrixMap V(problem.v.data() + bh * n_kv * d, n_kv, d); // V: (N_kv, d) in HBM
-    MatrixMap O(result.o.data() + bh * n_q * d, n_q, d);         // O: (N_q, d) in HBM
-    VectorMap l(l_hbm.data() + bh * n_q, n_q);                   // l: (N_q) in HBM
-    VectorMap m(m_hbm.data() + bh * n_q, n_q);                   // m: (N_q) in HBM
+    ConstMatrixMap Q(problem.q.data() + bh * n_q * d, n_q, d);  // Q: (N_q, d) in HBM
+    ConstMatrixMap K(problem.k.data() + bh * n_kv * d, n_kv, d);  // K: (N_kv, d) in HBM
+    ConstMatrixMap V(problem.v.data() + bh * n_kv * d, n_kv, d);  // V: (N_kv, d) in HBM
+    MatrixMap O(result.o.data() + bh * n_q * d, n_q, d);  // O: (N_q, d) in HBM
+    VectorMap l(l_hbm.data() + bh * n_q, n_q);  // l: (N_q) in HBM
+    VectorMap m(m_hbm.data() + bh * n_q, n_q);  // m: (N_q) in HBM
 
     // Line 2: O = 0, l = 0, m = −∞ in HBM.
     O.setZero();
@@ -154,7 +154,7 @@ common::Result attention_forward(const common::Problem& problem, const common::O
         // Line 11: m_i^new = max(m_i, m̃_ij), l_i^new = e^(m_i − m_i^new) l_i + e^(m̃_ij − m_i^new) l̃_ij.
         mi_new.head(rows) = mi.head(rows).cwiseMax(m_tilde);
         const Eigen::ArrayXf alpha = (mi.head(rows) - mi_new.head(rows)).array().exp();  // rescales the old
-        const Eigen::ArrayXf beta = (m_tilde - mi_new.head(rows)).array().exp();         // rescales the new
+        const Eigen::ArrayXf beta = (m_tilde - mi_new.head(rows)).array().exp();  // rescales the new
         li_new.head(rows) = (alpha * li.head(rows).array() + beta * lij.head(rows).array()).matrix();
 
         // Line 12: O_i ← diag(l_i^new)⁻¹ (diag(l_i) e^(m_i − m_i^new) O_i + e^(m̃_ij − m_i^new) P̃_ij V_j).
@@ -164,8 +164,7 @@ common::Result attention_forward(const common::Problem& problem, const common::O
         const Eigen::ArrayXf keep = alpha * li.head(rows).array() / li_new.head(rows).array();
         const Eigen::ArrayXf add = beta / li_new.head(rows).array();
         PV.topRows(rows).noalias() = S * Vj.topRows(cols);
-        Oi.topRows(rows) = keep.matrix().asDiagonal() * Oi.topRows(rows) +
-                           add.matrix().asDiagonal() * PV.topRows(rows);
+        Oi.topRows(rows) = keep.matrix().asDiagonal() * Oi.topRows(rows) + add.matrix().asDiagonal() * PV.topRows(rows);
 
         // Lines 12–13: write O_i, l_i, m_i back to HBM.
         O.middleRows(q0, rows) = Oi.topRows(rows);

@@ -19,9 +19,7 @@ common::Options with_budget(int64_t sram_floats) {
 
 }  // namespace
 
-TEST_CASE("step02: conformance suite at the default budget") {
-  common::testing::check_conformance(step02::describe());
-}
+TEST_CASE("step02: conformance suite at the default budget") { common::testing::check_conformance(step02::describe()); }
 
 TEST_CASE("step02: conformance suite with small tiles (M = 1000, many tails)") {
   // B_c = ceil(1000 / 4d): 4 at d = 64, 250 at d = 1. Every length gets ragged tiles.
@@ -59,7 +57,8 @@ TEST_CASE("step02: extreme budgets — B_r = B_c = 1, and one tile covering ever
     CHECK(big.Tc == 1);
     common::testing::check_problem(step02::describe(), p, with_budget(int64_t{1} << 20));
     // With d >= N_q, one tile covers everything: T_c = T_r = 1.
-    const common::Problem wide = common::make_random_problem(common::Shape{1, 1, 20, 30, 32}, causal, std::nullopt, seed);
+    const common::Problem wide =
+        common::make_random_problem(common::Shape{1, 1, 20, 30, 32}, causal, std::nullopt, seed);
     const auto one = common::algorithm1_tiles(int64_t{1} << 20, wide.shape);
     CHECK((one.Tc == 1 && one.Tr == 1));
     common::testing::check_problem(step02::describe(), wide, with_budget(int64_t{1} << 20));
@@ -68,8 +67,8 @@ TEST_CASE("step02: extreme budgets — B_r = B_c = 1, and one tile covering ever
 
 TEST_CASE("step02: counted HBM traffic equals the closed form of Algorithm 1") {
   for (int64_t M : {1, 64, 1000, 4096, 1 << 17}) {
-    for (const common::Shape& s : {common::Shape{1, 1, 100, 100, 8}, common::Shape{2, 3, 17, 257, 32},
-                                   common::Shape{1, 2, 1000, 33, 64}}) {
+    for (const common::Shape& s :
+         {common::Shape{1, 1, 100, 100, 8}, common::Shape{2, 3, 17, 257, 32}, common::Shape{1, 2, 1000, 33, 64}}) {
       CAPTURE(M);
       CAPTURE(common::describe(s));
       const common::Problem p = common::make_random_problem(s, false, std::nullopt, 3);

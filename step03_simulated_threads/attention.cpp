@@ -23,10 +23,10 @@ namespace step03 {
 
 namespace {
 
-constexpr int kThreads = 64;              // threads per block (OS threads here: few keep the simulator fast)
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 64;  // threads per block (OS threads here: few keep the simulator fast)
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 1;                   // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
+constexpr int kPad = 1;  // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
 
 }  // namespace
 
@@ -76,13 +76,12 @@ __device__ void load_tile(sim::Ptr<float> tile, sim::Ptr<const float> matrix, in
 /// Algorithm 1 for one (batch, head) per block. Q, K, V, O, L as in the
 /// contract; l and m are (B, H, N_q) working arrays in global memory.
 //! [kernel]
-__global__ void attention_kernel(sim::Ptr<const float> Q_all, sim::Ptr<const float> K_all,
-                                 sim::Ptr<const float> V_all, sim::Ptr<float> O_all, sim::Ptr<float> L_all,
-                                 sim::Ptr<float> l_all, sim::Ptr<float> m_all, int n_q, int n_kv, float scale,
-                                 bool causal, Tiles T) {
+__global__ void attention_kernel(sim::Ptr<const float> Q_all, sim::Ptr<const float> K_all, sim::Ptr<const float> V_all,
+                                 sim::Ptr<float> O_all, sim::Ptr<float> L_all, sim::Ptr<float> l_all,
+                                 sim::Ptr<float> m_all, int n_q, int n_kv, float scale, bool causal, Tiles T) {
   const int Bc = T.Bc, Br = T.Br, ld = T.ld, d = T.d;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
   const int Tc = (n_kv + Bc - 1) / Bc;  // T_c K/V tiles
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
@@ -97,17 +96,17 @@ __global__ void attention_kernel(sim::Ptr<const float> Q_all, sim::Ptr<const flo
 
   //! [shared memory]
   const auto smem = sim::dynamic_shared();  // CUDA: extern __shared__ float smem[];
-  auto Kj = smem;             // K_j: (B_c, d), row stride ld, in shared memory
-  auto Vj = Kj + Bc * ld;     // V_j: (B_c, d), row stride ld
-  auto Qi = Vj + Bc * ld;     // Q_i: (B_r, d), row stride ld
-  auto Oi = Qi + Br * ld;     // O_i: (B_r, d), row stride ld
-  auto Sij = Oi + Br * ld;    // S_ij, then P̃_ij in place: (B_r, B_c)
-  auto mi = Sij + Br * Bc;    // m_i: (B_r)
-  auto li = mi + Br;          // l_i: (B_r)
-  auto mi_new = li + Br;      // m_i^new: (B_r)
+  auto Kj = smem;  // K_j: (B_c, d), row stride ld, in shared memory
+  auto Vj = Kj + Bc * ld;  // V_j: (B_c, d), row stride ld
+  auto Qi = Vj + Bc * ld;  // Q_i: (B_r, d), row stride ld
+  auto Oi = Qi + Br * ld;  // O_i: (B_r, d), row stride ld
+  auto Sij = Oi + Br * ld;  // S_ij, then P̃_ij in place: (B_r, B_c)
+  auto mi = Sij + Br * Bc;  // m_i: (B_r)
+  auto li = mi + Br;  // l_i: (B_r)
+  auto mi_new = li + Br;  // m_i^new: (B_r)
   auto li_new = mi_new + Br;  // l_i^new: (B_r)
-  auto keep = li_new + Br;    // diag(l_i^new)⁻¹ diag(l_i) e^(m_i − m_i^new): (B_r)
-  auto add = keep + Br;       // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
+  auto keep = li_new + Br;  // diag(l_i^new)⁻¹ diag(l_i) e^(m_i − m_i^new): (B_r)
+  auto add = keep + Br;  // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
   // The simulator's only lines that CUDA has not: each array's name and length,
   // so that reports say "Vj[15]", and arrays carved over each other are found.
   sim::name({{Kj, "Kj", Bc * ld}, {Vj, "Vj", Bc * ld}, {Qi, "Qi", Br * ld}, {Oi, "Oi", Br * ld}});
@@ -173,7 +172,7 @@ __global__ void attention_kernel(sim::Ptr<const float> Q_all, sim::Ptr<const flo
         l_tilde = warp_sum(l_tilde);
         if (lane == 0) {
           const float m_new = fmaxf(mi[r], m_tilde);
-          const float alpha = expf(mi[r] - m_new);   // rescales the old
+          const float alpha = expf(mi[r] - m_new);  // rescales the old
           const float beta = expf(m_tilde - m_new);  // rescales the new
           const float l_new = alpha * li[r] + beta * l_tilde;
           mi_new[r] = m_new;
@@ -243,7 +242,8 @@ int threads_per_block() { return kThreads; }
 common::StepInfo describe() {
   common::StepInfo info;
   info.name = "step03_simulated_threads";
-  info.title = "Algorithm 1 as a CUDA kernel on a simulator: threads, warps, barriers, shared memory, checked and counted";
+  info.title =
+      "Algorithm 1 as a CUDA kernel on a simulator: threads, warps, barriers, shared memory, checked and counted";
   info.forward = [](const common::Problem& p, const common::Options& o) { return attention_forward(p, o); };
   info.uses_sram_budget = true;
   info.default_sram_floats = kDefaultSramFloats;

@@ -18,7 +18,7 @@ inline constexpr int64_t kDefaultSramFloats = int64_t{1} << 14;
 /// The tiles of Algorithm 1 and their layout in shared memory, chosen at run
 /// time (step 4: `Tiles<d>`, at compile time). Passed to the kernel by value.
 struct Tiles {
-  int d = 1;   ///< head dimension
+  int d = 1;  ///< head dimension
   int Bc = 1;  ///< rows of K_j, V_j (columns of S_ij)
   int Br = 1;  ///< rows of Q_i, O_i, S_ij
   int ld = 1;  ///< row stride of Q_i, K_j, V_j, O_i in shared memory (d + 1)
@@ -37,16 +37,16 @@ int threads_per_block();
 
 /// A launch's tensors in the simulator's global memory (step 4: common::DeviceArgs).
 struct LaunchArgs {
-  common::Shape shape;        ///< sizes
-  bool causal = false;        ///< top-left aligned mask
-  float scale = 1.0f;         ///< softmax scale
-  sim::Ptr<const float> q;    ///< Q: (B, H, N_q, d)
-  sim::Ptr<const float> k;    ///< K: (B, H, N_kv, d)
-  sim::Ptr<const float> v;    ///< V: (B, H, N_kv, d)
-  sim::Ptr<float> o;          ///< O: (B, H, N_q, d)
-  sim::Ptr<float> lse;        ///< L: (B, H, N_q)
-  sim::Ptr<float> l;          ///< l: (B, H, N_q), a working array in "HBM"
-  sim::Ptr<float> m;          ///< m: (B, H, N_q), a working array in "HBM"
+  common::Shape shape;  ///< sizes
+  bool causal = false;  ///< top-left aligned mask
+  float scale = 1.0f;  ///< softmax scale
+  sim::Ptr<const float> q;  ///< Q: (B, H, N_q, d)
+  sim::Ptr<const float> k;  ///< K: (B, H, N_kv, d)
+  sim::Ptr<const float> v;  ///< V: (B, H, N_kv, d)
+  sim::Ptr<float> o;  ///< O: (B, H, N_q, d)
+  sim::Ptr<float> lse;  ///< L: (B, H, N_q)
+  sim::Ptr<float> l;  ///< l: (B, H, N_q), a working array in "HBM"
+  sim::Ptr<float> m;  ///< m: (B, H, N_q), a working array in "HBM"
   sim::Device* device = nullptr;  ///< the simulator that runs the launch
 };
 

@@ -22,11 +22,17 @@ common::Result run_on_simulator(LaunchFn launch, const common::Problem& problem,
 
   // The tensors in the simulator's global memory (CUDA: cudaMalloc and cudaMemcpy).
   sim::Device device;
-  LaunchArgs a{shape, problem.causal, problem.scale, device.global("Q", problem.q), device.global("K", problem.k),
-               device.global("V", problem.v), device.global("O", result.o.data(), shape.q_elements()),
+  LaunchArgs a{shape,
+               problem.causal,
+               problem.scale,
+               device.global("Q", problem.q),
+               device.global("K", problem.k),
+               device.global("V", problem.v),
+               device.global("O", result.o.data(), shape.q_elements()),
                device.global("L", result.lse.data(), shape.lse_elements()),
                device.global("l", l_and_m.data(), shape.lse_elements()),
-               device.global("m", l_and_m.data() + shape.lse_elements(), shape.lse_elements()), &device};
+               device.global("m", l_and_m.data() + shape.lse_elements(), shape.lse_elements()),
+               &device};
   const common::Algorithm1Tiles t = common::algorithm1_tiles(M, shape);
   device.show_progress(options.progress, 1 + 4 * t.Tc * t.Tr);  // a block's barriers: 1, then 4 per (j, i)
   const sim::Counters counters = launch(a, T);
@@ -39,10 +45,9 @@ common::Result run_on_simulator(LaunchFn launch, const common::Problem& problem,
                   {"threads_per_block", double(threads_per_block())},
                   {"shared_bytes_per_block", double(T.smem_bytes())}};
   for (const auto& counted : counters.named()) result.extra.push_back(counted);
-  result.extra.insert(result.extra.end(),
-                      {{"closed_form_read_bytes", double(closed.hbm_read_bytes)},
-                       {"closed_form_write_bytes", double(closed.hbm_write_bytes)},
-                       {"paper_bound_bytes", common::flash_attention_bound_bytes(shape, M)}});
+  result.extra.insert(result.extra.end(), {{"closed_form_read_bytes", double(closed.hbm_read_bytes)},
+                                           {"closed_form_write_bytes", double(closed.hbm_write_bytes)},
+                                           {"paper_bound_bytes", common::flash_attention_bound_bytes(shape, M)}});
   return result;
 }
 

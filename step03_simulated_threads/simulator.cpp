@@ -66,8 +66,9 @@ std::string to_string(Check check) {
 }
 
 CheckFailed::CheckFailed(Finding first, int64_t more)
-    : std::runtime_error(first.message +
-                         (more > 0 ? "\n  (" + std::to_string(more) + " more finding(s) before the launch stopped)" : "")),
+    : std::runtime_error(
+          first.message +
+          (more > 0 ? "\n  (" + std::to_string(more) + " more finding(s) before the launch stopped)" : "")),
       finding_(std::move(first)) {}
 
 int64_t Counters::global_read_bytes() const {
@@ -121,15 +122,15 @@ enum class Where {
   running,  ///< between barriers and shuffles
   barrier,  ///< waiting at a block barrier (__syncthreads)
   shuffle,  ///< waiting at a warp shuffle (__shfl_xor_sync)
-  left,     ///< left the kernel
+  left,  ///< left the kernel
 };
 
 /// Where a thread stands: running, waiting at a source line, or gone.
 struct Arrival {
   Where where = Where::running;  ///< what it is doing
-  std::source_location site{};   ///< the barrier's or shuffle's source line, while it waits there
-  int64_t phase = 0;             ///< when it left: the block's barrier phase then
-  int64_t round = 0;             ///< when it left: its warp's shuffles completed then
+  std::source_location site{};  ///< the barrier's or shuffle's source line, while it waits there
+  int64_t phase = 0;  ///< when it left: the block's barrier phase then
+  int64_t round = 0;  ///< when it left: its warp's shuffles completed then
 };
 
 /// How many times a thread waiting at a barrier or shuffle yields before it sleeps.
@@ -144,13 +145,13 @@ bool same_site(const std::source_location& a, const std::source_location& b) {
 
 /// One warp of a block: its lanes and the slots through which a shuffle exchanges values.
 struct WarpState {
-  int64_t first = 0;    ///< the block-linear id of lane 0
-  int64_t size = 0;     ///< lanes at launch (32, or fewer in a partial last warp)
-  int64_t lanes = 0;    ///< lanes still in the kernel
+  int64_t first = 0;  ///< the block-linear id of lane 0
+  int64_t size = 0;  ///< lanes at launch (32, or fewer in a partial last warp)
+  int64_t lanes = 0;  ///< lanes still in the kernel
   int64_t arrived = 0;  ///< lanes waiting at the current shuffle
-  int64_t round = 0;    ///< shuffles completed
-  std::array<float, warpSize> value{};   ///< each lane's value in the current shuffle
-  std::array<int, warpSize> source{};    ///< the lane each lane reads from in it
+  int64_t round = 0;  ///< shuffles completed
+  std::array<float, warpSize> value{};  ///< each lane's value in the current shuffle
+  std::array<int, warpSize> source{};  ///< the lane each lane reads from in it
   std::array<float, warpSize> result{};  ///< what each lane receives, once it completes
   /// Bumped (and waited on, outside the mutex) when a shuffle completes or the launch stops.
   std::atomic<int64_t> released{0};
@@ -167,12 +168,17 @@ struct WarpState {
 struct BlockState {
   /// The state of block `idx_` of `dim_`-sized blocks with `arena_floats` of shared memory.
   BlockState(dim3 idx_, dim3 dim_, int64_t arena_floats)
-      : idx(idx_), dim(dim_), threads(dim_.count()), arena(static_cast<size_t>(arena_floats)),
+      : idx(idx_),
+        dim(dim_),
+        threads(dim_.count()),
+        arena(static_cast<size_t>(arena_floats)),
         written(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
         read(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
         read2(new std::atomic<uint64_t>[static_cast<size_t>(arena_floats)]()),
-        warp_count((threads + warpSize - 1) / warpSize), warps(new WarpState[static_cast<size_t>(warp_count)]),
-        arrivals(static_cast<size_t>(threads)), live(threads) {
+        warp_count((threads + warpSize - 1) / warpSize),
+        warps(new WarpState[static_cast<size_t>(warp_count)]),
+        arrivals(static_cast<size_t>(threads)),
+        live(threads) {
     smem.name = "smem";
     smem.shared = true;
     smem.size = arena_floats;
@@ -424,8 +430,8 @@ struct BlockState {
                       barrier_sites, shuffle_sites, {});
   }
 
-  dim3 idx;         ///< the block's index in the grid
-  dim3 dim;         ///< the block's extents
+  dim3 idx;  ///< the block's index in the grid
+  dim3 dim;  ///< the block's extents
   int64_t threads;  ///< threads in the block
   /// The block's shared memory, counted as working memory.
   common::Workspace<std::atomic<float>> arena;
@@ -445,27 +451,27 @@ struct BlockState {
   std::deque<Array> named;
 
   common::Progress* progress = nullptr;  ///< the launch's progress bar, moved by thread 0's barriers
-  int64_t progress_before = 0;           ///< its units done before this block
-  int64_t progress_barriers = 0;         ///< the barriers a block is expected to pass
+  int64_t progress_before = 0;  ///< its units done before this block
+  int64_t progress_barriers = 0;  ///< the barriers a block is expected to pass
 
-  int64_t warp_count;                   ///< warps in the block (the last one may be partial)
-  std::unique_ptr<WarpState[]> warps;   ///< the warps
-  std::mutex sync_mutex;                ///< guards the members below, up to `shuffles`
+  int64_t warp_count;  ///< warps in the block (the last one may be partial)
+  std::unique_ptr<WarpState[]> warps;  ///< the warps
+  std::mutex sync_mutex;  ///< guards the members below, up to `shuffles`
   /// Bumped (and waited on, outside the mutex) when a barrier completes or the launch stops.
   std::atomic<int64_t> barrier_released{0};
-  std::vector<Arrival> arrivals;        ///< where each thread stands
-  int64_t live;                         ///< threads still in the kernel
-  int64_t waiting = 0;                  ///< threads waiting at a barrier or a shuffle
-  int64_t at_barrier = 0;               ///< threads waiting at the barrier
-  int64_t phase = 0;                    ///< barriers completed (the barrier phase)
-  int64_t barriers = 0;                 ///< barriers passed without divergence
-  int64_t shuffles = 0;                 ///< warp shuffles completed without divergence
+  std::vector<Arrival> arrivals;  ///< where each thread stands
+  int64_t live;  ///< threads still in the kernel
+  int64_t waiting = 0;  ///< threads waiting at a barrier or a shuffle
+  int64_t at_barrier = 0;  ///< threads waiting at the barrier
+  int64_t phase = 0;  ///< barriers completed (the barrier phase)
+  int64_t barriers = 0;  ///< barriers passed without divergence
+  int64_t shuffles = 0;  ///< warp shuffles completed without divergence
 
-  std::atomic<bool> cancelled{false};   ///< a finding or an error stopped the launch
-  std::mutex findings_mutex;            ///< guards the members below
-  std::optional<Finding> first;         ///< the first finding
-  int64_t more = 0;                     ///< findings after the first
-  std::exception_ptr error;             ///< the first exception other than a finding
+  std::atomic<bool> cancelled{false};  ///< a finding or an error stopped the launch
+  std::mutex findings_mutex;  ///< guards the members below
+  std::optional<Finding> first;  ///< the first finding
+  int64_t more = 0;  ///< findings after the first
+  std::exception_ptr error;  ///< the first exception other than a finding
 };
 
 namespace {
@@ -504,12 +510,10 @@ float shared_load(const Array& array, int64_t e) {
   // then look for a write by another thread in this phase.
   const uint64_t me = shadow(ctx.phase, ctx.tid);
   uint64_t r = b.read[a].load();
-  while (shadow_phase(r) != ctx.phase && !b.read[a].compare_exchange_weak(r, me)) {
-  }
+  while (shadow_phase(r) != ctx.phase && !b.read[a].compare_exchange_weak(r, me)) {}
   if (shadow_phase(r) == ctx.phase && shadow_thread(r) != ctx.tid) {
     uint64_t r2 = b.read2[a].load();
-    while (shadow_phase(r2) != ctx.phase && !b.read2[a].compare_exchange_weak(r2, me)) {
-    }
+    while (shadow_phase(r2) != ctx.phase && !b.read2[a].compare_exchange_weak(r2, me)) {}
   }
   const uint64_t w = b.written[a].load();
   const auto element = [&] { return array.name + "[" + std::to_string(e) + "]"; };
@@ -574,9 +578,7 @@ void name(std::initializer_list<Named> arrays) {
   for (const Named& a : arrays) name(a.p, a.name, a.count);
 }
 
-Ptr<float> dynamic_shared() {
-  return Ptr<float>(&detail::current_block().smem, 0);
-}
+Ptr<float> dynamic_shared() { return Ptr<float>(&detail::current_block().smem, 0); }
 
 void name(Ptr<float>& p, const char* name, int64_t count) {
   detail::BlockState& b = detail::current_block();
@@ -602,12 +604,11 @@ void name(Ptr<float>& p, const char* name, int64_t count) {
       lock.unlock();
       b.fail(Check::overlapping_buffers, name, lo - first, {},
              "shared array " + std::string(name) + " " + detail::range(first, count) +
-                 (same_name ? " was named before as " : " overlaps ") + v.name + " " +
-                 detail::range(v.first, v.size) +
-                 (same_name ? ""
-                            : " in shared floats " + detail::range(lo, hi - lo) + ": " + name + "[" +
-                                  std::to_string(lo - first) + "] is " + v.name + "[" + std::to_string(lo - v.first) +
-                                  "]"));
+                 (same_name ? " was named before as " : " overlaps ") + v.name + " " + detail::range(v.first, v.size) +
+                 (same_name
+                      ? ""
+                      : " in shared floats " + detail::range(lo, hi - lo) + ": " + name + "[" +
+                            std::to_string(lo - first) + "] is " + v.name + "[" + std::to_string(lo - v.first) + "]"));
     }
   }
   detail::Array& a = b.named.emplace_back();
@@ -649,9 +650,10 @@ float __shfl_xor_sync(unsigned mask, float var, int laneMask, int width, std::so
     throw std::invalid_argument(where + ": lane mask " + std::to_string(laneMask) + " is outside [0, 32)");
   }
   if (w.size != step03::sim::warpSize) {
-    throw std::invalid_argument(where + ": warp " + std::to_string(w.first / step03::sim::warpSize) + " of a block of " +
-                                std::to_string(b.threads) + " threads has " + std::to_string(w.size) +
-                                " lanes; the simulator shuffles whole warps only (a block of a multiple of 32 threads)");
+    throw std::invalid_argument(
+        where + ": warp " + std::to_string(w.first / step03::sim::warpSize) + " of a block of " +
+        std::to_string(b.threads) + " threads has " + std::to_string(w.size) +
+        " lanes; the simulator shuffles whole warps only (a block of a multiple of 32 threads)");
   }
   const int lane = int(ctx.tid - w.first);
   return b.wait_at_shuffle(ctx.tid, var, lane ^ laneMask, site);

@@ -93,11 +93,11 @@ inline constexpr int warpSize = 32;
 
 /// The simulator's checks.
 enum class Check {
-  shared_race,          ///< two threads, same shared element, same barrier phase, one writes
-  barrier_divergence,   ///< threads at different barriers or shuffles, or one left while others wait
-  out_of_bounds,        ///< an index outside a named shared array, the shared memory or a global tensor
+  shared_race,  ///< two threads, same shared element, same barrier phase, one writes
+  barrier_divergence,  ///< threads at different barriers or shuffles, or one left while others wait
+  out_of_bounds,  ///< an index outside a named shared array, the shared memory or a global tensor
   overlapping_buffers,  ///< two named shared arrays share elements
-  uninitialised_read,   ///< a shared element read before any thread wrote it
+  uninitialised_read,  ///< a shared element read before any thread wrote it
 };
 
 /// The check's name as the reports print it, e.g. "shared-memory race".
@@ -106,12 +106,12 @@ std::string to_string(Check check);
 /// One thing a check found.
 struct Finding {
   Check check = Check::shared_race;  ///< which check
-  std::string buffer;                ///< the array, e.g. "Kj" or "K" (empty for divergence)
-  int64_t index = -1;                ///< element index in that array (-1 when none)
-  std::string block;                 ///< the block, "(x,y,z)"
+  std::string buffer;  ///< the array, e.g. "Kj" or "K" (empty for divergence)
+  int64_t index = -1;  ///< element index in that array (-1 when none)
+  std::string block;  ///< the block, "(x,y,z)"
   std::vector<std::string> threads;  ///< the threads involved, "(x,y,z)" each
-  int64_t phase = 0;                 ///< barrier phase: barriers the block had passed
-  std::string message;               ///< the full report, several lines
+  int64_t phase = 0;  ///< barrier phase: barriers the block had passed
+  std::string message;  ///< the full report, several lines
 };
 
 /// Thrown by Device::launch when a check found something; `what()` is the report.
@@ -130,15 +130,15 @@ class CheckFailed : public std::runtime_error {
 struct Counters {
   /// Global bytes moved for one tensor.
   struct Tensor {
-    std::string name;         ///< as given to Device::global
-    int64_t read_bytes = 0;   ///< bytes loaded
+    std::string name;  ///< as given to Device::global
+    int64_t read_bytes = 0;  ///< bytes loaded
     int64_t write_bytes = 0;  ///< bytes stored
   };
-  std::vector<Tensor> global;    ///< per tensor, in the order they were declared
-  int64_t smem_read_bytes = 0;   ///< bytes loaded from shared memory
+  std::vector<Tensor> global;  ///< per tensor, in the order they were declared
+  int64_t smem_read_bytes = 0;  ///< bytes loaded from shared memory
   int64_t smem_write_bytes = 0;  ///< bytes stored to shared memory
-  int64_t barriers = 0;          ///< barriers passed, summed over blocks
-  int64_t shuffles = 0;          ///< warp shuffles (one per warp for all its 32 lanes), summed over warps
+  int64_t barriers = 0;  ///< barriers passed, summed over blocks
+  int64_t shuffles = 0;  ///< warp shuffles (one per warp for all its 32 lanes), summed over warps
   /// Total global bytes read.
   int64_t global_read_bytes() const;
   /// Total global bytes written.
@@ -156,14 +156,14 @@ struct Abort {};
 
 /// What the simulator knows about the calling thread (kept in a thread_local).
 struct ThreadContext {
-  BlockState* block = nullptr;          ///< its block
-  int64_t tid = 0;                      ///< linear thread id in the block
-  int64_t phase = 0;                    ///< barriers passed so far
+  BlockState* block = nullptr;  ///< its block
+  int64_t tid = 0;  ///< linear thread id in the block
+  int64_t phase = 0;  ///< barriers passed so far
   std::source_location last_barrier{};  ///< the last barrier passed
-  int64_t smem_read = 0;                ///< shared floats loaded
-  int64_t smem_write = 0;               ///< shared floats stored
-  std::vector<int64_t> global_read;     ///< global floats loaded, per tensor
-  std::vector<int64_t> global_write;    ///< global floats stored, per tensor
+  int64_t smem_read = 0;  ///< shared floats loaded
+  int64_t smem_write = 0;  ///< shared floats stored
+  std::vector<int64_t> global_read;  ///< global floats loaded, per tensor
+  std::vector<int64_t> global_write;  ///< global floats stored, per tensor
 };
 /// The calling thread's context; null outside a kernel.
 inline thread_local ThreadContext* this_thread = nullptr;
@@ -171,12 +171,12 @@ inline thread_local ThreadContext* this_thread = nullptr;
 /// An array a pointer points into: a global tensor, the block's shared memory,
 /// or a named array carved from it.
 struct Array {
-  std::string name;     ///< "Q", "smem", "Kj", …: how the reports name it
+  std::string name;  ///< "Q", "smem", "Kj", …: how the reports name it
   bool shared = false;  ///< in the block's shared memory (else global)
-  int64_t first = 0;    ///< shared: its first float in the block's shared memory
-  int64_t size = 0;     ///< its length in floats
+  int64_t first = 0;  ///< shared: its first float in the block's shared memory
+  int64_t size = 0;  ///< its length in floats
   float* data = nullptr;  ///< global: the tensor's floats
-  int tensor = -1;        ///< global: the tensor's number, for the counters
+  int tensor = -1;  ///< global: the tensor's number, for the counters
 };
 
 /// Loads shared element `element` of `array`, checked.
@@ -257,8 +257,7 @@ class Ptr {
   Ptr() = default;
   /// A `float*` converts to a `const float*`.
   template <class U>
-    requires(std::is_const_v<T> && !std::is_const_v<U>)
-  Ptr(const Ptr<U>& p) : array_(p.array_), offset_(p.offset_) {}
+  requires(std::is_const_v<T> && !std::is_const_v<U>) Ptr(const Ptr<U>& p) : array_(p.array_), offset_(p.offset_) {}
 
   /// Element `i` from here, `p[i]`.
   Ref operator[](std::integral auto i) const { return Ref(array_, offset_, static_cast<int64_t>(i)); }
@@ -303,9 +302,9 @@ void name(Ptr<float>& p, const char* name, int64_t count);
 /// One shared array for the list form of name(): the pointer that points to
 /// it, its name and its length in floats.
 struct Named {
-  Ptr<float>& p;     ///< the pointer (rebound to the named array)
+  Ptr<float>& p;  ///< the pointer (rebound to the named array)
   const char* name;  ///< e.g. "Kj"
-  int64_t count;     ///< length in floats
+  int64_t count;  ///< length in floats
 };
 
 /// name() for several arrays, in order: `sim::name({{Kj, "Kj", Bc * ld}, ...})`.

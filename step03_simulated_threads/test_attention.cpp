@@ -88,8 +88,8 @@ TEST_CASE("step03: counted global traffic equals the closed form of Algorithm 1"
     // Per tensor: K and V are read once (the zero rows past N_kv read nothing);
     // Q once per K/V tile; O is written once to initialise it and once per K/V tile.
     const auto x = extras(r);
-    const double bh = double(s.batch_heads()), nq = double(s.seq_q), nkv = double(s.seq_kv),
-                 d = double(s.head_dim), Tc = double(t.Tc);
+    const double bh = double(s.batch_heads()), nq = double(s.seq_q), nkv = double(s.seq_kv), d = double(s.head_dim),
+                 Tc = double(t.Tc);
     CHECK(x.at("K_read_bytes") == 4 * bh * nkv * d);
     CHECK(x.at("V_read_bytes") == 4 * bh * nkv * d);
     CHECK(x.at("Q_read_bytes") == 4 * bh * Tc * nq * d);

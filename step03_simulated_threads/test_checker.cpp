@@ -21,8 +21,8 @@
 
 // The kernels of bugs/*.patch, each built from attention.cpp with its patch applied.
 namespace step03::bugs {
-#define STEP03_PLANTED_BUG(NAME) \
-  namespace NAME {               \
+#define STEP03_PLANTED_BUG(NAME)                                                                    \
+  namespace NAME {                                                                                  \
   common::Result attention_forward(const common::Problem& problem, const common::Options& options); \
   }
 STEP03_PLANTED_BUG(missing_barrier)
@@ -145,7 +145,9 @@ TEST_CASE("step03 checker: bugs/missing_barrier.patch, a deleted barrier, is a s
   CHECK(e.finding().threads[0] != e.finding().threads[1]);
 }
 
-TEST_CASE("step03 checker: bugs/overlapping_views.patch, the FlashAttention-1 notebook's `Bc + ld` for `Bc * ld`, makes V_j overlap K_j") {
+TEST_CASE(
+    "step03 checker: bugs/overlapping_views.patch, the FlashAttention-1 notebook's `Bc + ld` for `Bc * ld`, makes V_j "
+    "overlap K_j") {
   const CheckFailed e = run_expecting_a_finding(bugs::overlapping_views::attention_forward);
   check_report(e, Check::overlapping_buffers, "Vj");
   // ld = d + 1 = 9: K_j is [0, 72), V_j starts at B_c + ld = 17.
@@ -335,8 +337,8 @@ TEST_CASE("step03 checker: shared out of bounds, an array too large, and a clean
       CHECK(e.finding().check == Check::out_of_bounds);
       CHECK(e.finding().buffer == "O");
       CHECK(e.finding().index == 4);
-      CHECK(std::string(e.what()).find("global O[4] is past the end of O (4 elements): index 2 from a pointer to O[2]") !=
-            std::string::npos);
+      CHECK(std::string(e.what()).find(
+                "global O[4] is past the end of O (4 elements): index 2 from a pointer to O[2]") != std::string::npos);
     }
   }
   SUBCASE("a correct kernel: nothing found, everything counted") {

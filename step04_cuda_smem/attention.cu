@@ -22,11 +22,11 @@ namespace step04 {
 
 namespace {
 
-constexpr int kThreads = 1024;            // threads per block (so at most 64 registers each)
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 1024;  // threads per block (so at most 64 registers each)
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 1;                   // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
-constexpr int kSramFloats = 16384;        // M: 64 KiB of shared memory for K_j, V_j, Q_i, O_i
+constexpr int kPad = 1;  // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
+constexpr int kSramFloats = 16384;  // M: 64 KiB of shared memory for K_j, V_j, Q_i, O_i
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instantiation each
 
 //! [tiles]
@@ -75,13 +75,12 @@ __device__ void load_tile(float* tile, const float* matrix, int row0, int B, int
 //! [kernel]
 template <int d>
 __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
-    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all,
-                     const float* __restrict__ V_all, float* __restrict__ O_all, float* __restrict__ L_all,
-                     float* __restrict__ l_all, float* __restrict__ m_all, int n_q, int n_kv, float scale,
-                     bool causal) {
+    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
+                     float* __restrict__ O_all, float* __restrict__ L_all, float* __restrict__ l_all,
+                     float* __restrict__ m_all, int n_q, int n_kv, float scale, bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
   const int Tc = (n_kv + Bc - 1) / Bc;  // T_c K/V tiles
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
@@ -96,17 +95,17 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
 
   //! [shared memory]
   extern __shared__ float smem[];  // the block's dynamic shared memory
-  auto Kj = smem;             // K_j: (B_c, d), row stride ld, in shared memory
-  auto Vj = Kj + Bc * ld;     // V_j: (B_c, d), row stride ld
-  auto Qi = Vj + Bc * ld;     // Q_i: (B_r, d), row stride ld
-  auto Oi = Qi + Br * ld;     // O_i: (B_r, d), row stride ld
-  auto Sij = Oi + Br * ld;    // S_ij, then P̃_ij in place: (B_r, B_c)
-  auto mi = Sij + Br * Bc;    // m_i: (B_r)
-  auto li = mi + Br;          // l_i: (B_r)
-  auto mi_new = li + Br;      // m_i^new: (B_r)
+  auto Kj = smem;  // K_j: (B_c, d), row stride ld, in shared memory
+  auto Vj = Kj + Bc * ld;  // V_j: (B_c, d), row stride ld
+  auto Qi = Vj + Bc * ld;  // Q_i: (B_r, d), row stride ld
+  auto Oi = Qi + Br * ld;  // O_i: (B_r, d), row stride ld
+  auto Sij = Oi + Br * ld;  // S_ij, then P̃_ij in place: (B_r, B_c)
+  auto mi = Sij + Br * Bc;  // m_i: (B_r)
+  auto li = mi + Br;  // l_i: (B_r)
+  auto mi_new = li + Br;  // m_i^new: (B_r)
   auto li_new = mi_new + Br;  // l_i^new: (B_r)
-  auto keep = li_new + Br;    // diag(l_i^new)⁻¹ diag(l_i) e^(m_i − m_i^new): (B_r)
-  auto add = keep + Br;       // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
+  auto keep = li_new + Br;  // diag(l_i^new)⁻¹ diag(l_i) e^(m_i − m_i^new): (B_r)
+  auto add = keep + Br;  // diag(l_i^new)⁻¹ e^(m̃_ij − m_i^new): (B_r)
   //! [shared memory]
 
   // Line 2: O = 0, l = 0, m = −∞ in global memory.
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
         l_tilde = warp_sum(l_tilde);
         if (lane == 0) {
           const float m_new = fmaxf(mi[r], m_tilde);
-          const float alpha = expf(mi[r] - m_new);   // rescales the old
+          const float alpha = expf(mi[r] - m_new);  // rescales the old
           const float beta = expf(m_tilde - m_new);  // rescales the new
           const float l_new = alpha * li[r] + beta * l_tilde;
           mi_new[r] = m_new;

@@ -21,11 +21,11 @@ namespace step05 {
 
 namespace {
 
-constexpr int kThreads = 1024;            // threads per block (so at most 64 registers each)
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 1024;  // threads per block (so at most 64 registers each)
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 1;                   // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
-constexpr int kSramFloats = 16384;        // M: 64 KiB of shared memory for K_j, V_j, Q_i, O_i
+constexpr int kPad = 1;  // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
+constexpr int kSramFloats = 16384;  // M: 64 KiB of shared memory for K_j, V_j, Q_i, O_i
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instantiation each
 
 //! [tiles]
@@ -73,15 +73,14 @@ __device__ void load_tile(float* tile, const float* matrix, int row0, int B, int
 //! [kernel]
 template <int d>
 __global__ void __launch_bounds__(kThreads, STEP05_SPILL ? 2 : 1)  // spill.cu: 2 blocks, 32 registers each
-    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all,
-                     const float* __restrict__ V_all, float* __restrict__ O_all, float* __restrict__ L_all,
-                     float* __restrict__ l_all, float* __restrict__ m_all, int n_q, int n_kv, float scale,
-                     bool causal) {
+    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
+                     float* __restrict__ O_all, float* __restrict__ L_all, float* __restrict__ l_all,
+                     float* __restrict__ m_all, int n_q, int n_kv, float scale, bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld;
   // A thread's slice: rows warp + 32·t of the tile, columns lane + 32·n of S_ij and of O_i.
   constexpr int kRows = (Br + kWarps - 1) / kWarps, kSCols = (Bc + kWarpSize - 1) / kWarpSize, kOCols = d / kWarpSize;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
   const int Tc = (n_kv + Bc - 1) / Bc;  // T_c K/V tiles
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
@@ -96,15 +95,15 @@ __global__ void __launch_bounds__(kThreads, STEP05_SPILL ? 2 : 1)  // spill.cu: 
 
   //! [shared memory]
   extern __shared__ float smem[];  // the block's dynamic shared memory
-  auto Kj = smem;             // K_j: (B_c, d), row stride ld, in shared memory
-  auto Vj = Kj + Bc * ld;     // V_j: (B_c, d), row stride ld
-  auto Qi = Vj + Bc * ld;     // Q_i: (B_r, d), row stride ld
+  auto Kj = smem;  // K_j: (B_c, d), row stride ld, in shared memory
+  auto Vj = Kj + Bc * ld;  // V_j: (B_c, d), row stride ld
+  auto Qi = Vj + Bc * ld;  // Q_i: (B_r, d), row stride ld
   //! [shared memory]
   //! [registers]
-  float Oi[kRows][kOCols];    // O_i: this warp's rows warp + 32·t, columns lane + 32·n, in registers
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows warp + 32·t, columns lane + 32·n
-  float mi[kRows], li[kRows];       // m_i, l_i of the warp's rows (the same in all 32 lanes)
-  float keep[kRows], add[kRows];    // the two line-12 factors of the warp's rows
+  float Oi[kRows][kOCols];  // O_i: this warp's rows warp + 32·t, columns lane + 32·n, in registers
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows warp + 32·t, columns lane + 32·n
+  float mi[kRows], li[kRows];  // m_i, l_i of the warp's rows (the same in all 32 lanes)
+  float keep[kRows], add[kRows];  // the two line-12 factors of the warp's rows
   //! [registers]
 
   // Line 2: O = 0, l = 0, m = −∞ in global memory.
@@ -173,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, STEP05_SPILL ? 2 : 1)  // spill.cu: 
         l_tilde = warp_sum(l_tilde);
         {  // in every lane: each keeps the row's m_i and l_i
           const float m_new = fmaxf(mi[t], m_tilde);
-          const float alpha = expf(mi[t] - m_new);   // rescales the old
+          const float alpha = expf(mi[t] - m_new);  // rescales the old
           const float beta = expf(m_tilde - m_new);  // rescales the new
           const float l_new = alpha * li[t] + beta * l_tilde;
           // Line 12's diagonal factors, formed first: a row with nothing new in

@@ -21,11 +21,11 @@ namespace step06 {
 
 namespace {
 
-constexpr int kThreads = 1024;            // threads per block (so at most 64 registers each)
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 1024;  // threads per block (so at most 64 registers each)
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 1;                   // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
-constexpr int kSramFloats = 16384;        // M: 64 KiB of shared memory for K_j, V_j, Q_i, O_i
+constexpr int kPad = 1;  // ld = d + 1: a warp reads column k of 32 rows of K_j from 32 banks
+constexpr int kSramFloats = 16384;  // M: 64 KiB of shared memory for K_j, V_j, Q_i, O_i
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instantiation each
 
 //! [tiles]
@@ -72,14 +72,14 @@ __device__ void load_tile(float* tile, const float* matrix, int row0, int B, int
 //! [kernel]
 template <int d>
 __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
-    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all,
-                     const float* __restrict__ V_all, float* __restrict__ O_all, float* __restrict__ L_all,
-                     int n_q, int n_kv, int batch_heads, float scale, bool causal) {
+    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
+                     float* __restrict__ O_all, float* __restrict__ L_all, int n_q, int n_kv, int batch_heads,
+                     float scale, bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld;
   // A thread's slice: rows warp + 32·t of the tile, columns lane + 32·n of S_ij and of O_i.
   constexpr int kRows = (Br + kWarps - 1) / kWarps, kSCols = (Bc + kWarpSize - 1) / kWarpSize, kOCols = d / kWarpSize;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
   const size_t bh = blockIdx.x % batch_heads;
@@ -91,14 +91,14 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
 
   //! [shared memory]
   extern __shared__ float smem[];  // the block's dynamic shared memory
-  auto Kj = smem;             // K_j: (B_c, d), row stride ld, in shared memory
-  auto Vj = Kj + Bc * ld;     // V_j: (B_c, d), row stride ld
-  auto Qi = Vj + Bc * ld;     // Q_i: (B_r, d), row stride ld
+  auto Kj = smem;  // K_j: (B_c, d), row stride ld, in shared memory
+  auto Vj = Kj + Bc * ld;  // V_j: (B_c, d), row stride ld
+  auto Qi = Vj + Bc * ld;  // Q_i: (B_r, d), row stride ld
   //! [shared memory]
   //! [registers]
-  float Oi[kRows][kOCols];    // O_i: this warp's rows warp + 32·t, columns lane + 32·n, in registers
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows warp + 32·t, columns lane + 32·n
-  float mi[kRows], li[kRows];       // m_i, l_i of the warp's rows (the same in all 32 lanes)
+  float Oi[kRows][kOCols];  // O_i: this warp's rows warp + 32·t, columns lane + 32·n, in registers
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows warp + 32·t, columns lane + 32·n
+  float mi[kRows], li[kRows];  // m_i, l_i of the warp's rows (the same in all 32 lanes)
   //! [registers]
 
   //! [algorithm 1]
@@ -215,8 +215,8 @@ void launch(const common::DeviceArgs& a) {
   const size_t shared_bytes = Tiles<d>::smem_bytes;
   common::cuda::allow_shared_memory(attention_kernel<d>, shared_bytes);
   attention_kernel<d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
-      a.q_as<float>(), a.k_as<float>(), a.v_as<float>(), a.o_as<float>(), a.lse, int(shape.seq_q),
-      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+      a.q_as<float>(), a.k_as<float>(), a.v_as<float>(), a.o_as<float>(), a.lse, int(shape.seq_q), int(shape.seq_kv),
+      int(shape.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]

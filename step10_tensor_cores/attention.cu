@@ -31,11 +31,11 @@ namespace step10 {
 
 namespace {
 
-constexpr int kThreads = 128;             // threads per block: 4 warps of 16 rows each
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 128;  // threads per block: 4 warps of 16 rows each
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 8;                   // ld = d + 8: the 8 rows one ldmatrix matrix reads start in different banks
-constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+constexpr int kPad = 8;  // ld = d + 8: the 8 rows one ldmatrix matrix reads start in different banks
+constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instantiation each
 
 //! [tiles]
@@ -93,9 +93,9 @@ __device__ void load_tile(T* tile, const T* matrix, int row0, int B, int n_rows)
 //! [kernel]
 template <class T, int d>  // T: __nv_bfloat16 or __half
 __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
-    attention_kernel(const T* __restrict__ Q_all, const T* __restrict__ K_all,
-                     const T* __restrict__ V_all, T* __restrict__ O_all, float* __restrict__ L_all,
-                     int n_q, int n_kv, int batch_heads, float scale, bool causal) {
+    attention_kernel(const T* __restrict__ Q_all, const T* __restrict__ K_all, const T* __restrict__ V_all,
+                     T* __restrict__ O_all, float* __restrict__ L_all, int n_q, int n_kv, int batch_heads, float scale,
+                     bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld, ld_p = Tiles<d>::ld_p;
   //! [fragments]
   // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   // The rows and columns each lane addresses for ldmatrix: A (Q_i, P̃_ij) and .trans B (V_j); B from K_j.
   const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
   //! [fragments]
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
   const size_t bh = blockIdx.x % batch_heads;
@@ -120,15 +120,15 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   //! [shared memory]
   extern __shared__ __align__(16) unsigned char smem_bytes[];  // the block's dynamic shared memory
   const auto smem = reinterpret_cast<T*>(smem_bytes);
-  auto Kbuf = smem;                      // kStages × K_j: (B_c, d), row stride ld, in shared memory
+  auto Kbuf = smem;  // kStages × K_j: (B_c, d), row stride ld, in shared memory
   auto Vbuf = Kbuf + kStages * Bc * ld;  // kStages × V_j: (B_c, d), row stride ld
-  auto Qi = Vbuf + kStages * Bc * ld;    // Q_i: (B_r, d), row stride ld
-  auto Pij = Qi + Br * ld;               // P̃_ij: (B_r, B_c), row stride ld_p; each warp its own rows
+  auto Qi = Vbuf + kStages * Bc * ld;  // Q_i: (B_r, d), row stride ld
+  auto Pij = Qi + Br * ld;  // P̃_ij: (B_r, B_c), row stride ld_p; each warp its own rows
   //! [shared memory]
   //! [registers]
-  float Oi[kRows][kOCols];    // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col(n)
-  float mi[kRows], li[kRows];       // m_i, l_i of the thread's rows (the same in the row's 4 lanes)
+  float Oi[kRows][kOCols];  // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows row(t), columns col(n)
+  float mi[kRows], li[kRows];  // m_i, l_i of the thread's rows (the same in the row's 4 lanes)
   //! [registers]
 
   //! [algorithm 1]
@@ -280,8 +280,8 @@ void launch(const common::DeviceArgs& a) {
   const size_t shared_bytes = Tiles<d>::smem_bytes;
   common::cuda::allow_shared_memory(attention_kernel<T, d>, shared_bytes);
   attention_kernel<T, d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
-      a.q_as<T>(), a.k_as<T>(), a.v_as<T>(), a.o_as<T>(), a.lse, int(shape.seq_q),
-      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+      a.q_as<T>(), a.k_as<T>(), a.v_as<T>(), a.o_as<T>(), a.lse, int(shape.seq_q), int(shape.seq_kv),
+      int(shape.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]
@@ -299,7 +299,8 @@ common::StepInfo describe() {
   common::GpuKernel kernel;
   kernel.launch = [](const common::DeviceArgs& a) {
     HeadDims::dispatch(a.shape.head_dim, [&](auto d) {
-      if (a.precision == common::Precision::fp16) launch<__half, d()>(a); else launch<__nv_bfloat16, d()>(a);
+      if (a.precision == common::Precision::fp16) launch<__half, d()>(a);
+      else launch<__nv_bfloat16, d()>(a);
     });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };

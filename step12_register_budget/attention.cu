@@ -29,11 +29,11 @@ namespace step12 {
 
 namespace {
 
-constexpr int kThreads = 128;             // threads per block: 4 warps of 32 rows each
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 128;  // threads per block: 4 warps of 32 rows each
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 8;                   // ld = d + 8: the 8 rows one ldmatrix matrix reads start in different banks
-constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+constexpr int kPad = 8;  // ld = d + 8: the 8 rows one ldmatrix matrix reads start in different banks
+constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instantiation each
 
 //! [tiles]
@@ -95,9 +95,9 @@ __device__ void load_tile(T* tile, const T* matrix, int row0, int B, int n_rows)
 //! [kernel]
 template <class T, int d>  // T: __nv_bfloat16 or __half
 __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
-    attention_kernel(const T* __restrict__ Q_all, const T* __restrict__ K_all,
-                     const T* __restrict__ V_all, T* __restrict__ O_all, float* __restrict__ L_all,
-                     int n_q, int n_kv, int batch_heads, float scale, bool causal) {
+    attention_kernel(const T* __restrict__ Q_all, const T* __restrict__ K_all, const T* __restrict__ V_all,
+                     T* __restrict__ O_all, float* __restrict__ L_all, int n_q, int n_kv, int batch_heads, float scale,
+                     bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld;
   // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
   constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = d / kColLanes;
@@ -107,19 +107,19 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
   // The rows and columns each lane addresses for ldmatrix: A (Q_i) and .trans B (V_j); B from K_j.
   const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
   const float scale_log2 = scale * common::cuda::kLog2e;  // scale · log2(e): S_ij in base 2
 
   //! [shared memory]
   extern __shared__ __align__(16) unsigned char smem_bytes[];  // the block's dynamic shared memory
   const auto smem = reinterpret_cast<T*>(smem_bytes);
-  auto Kbuf = smem;                      // kStages × K_j: (B_c, d), row stride ld, in shared memory
+  auto Kbuf = smem;  // kStages × K_j: (B_c, d), row stride ld, in shared memory
   auto Vbuf = Kbuf + kStages * Bc * ld;  // kStages × V_j: (B_c, d), row stride ld
-  auto Qi = Vbuf + kStages * Bc * ld;    // Q_i: (B_r, d), row stride ld
+  auto Qi = Vbuf + kStages * Bc * ld;  // Q_i: (B_r, d), row stride ld
   //! [shared memory]
   //! [registers]
-  float Oi[kRows][kOCols];    // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col(n)
+  float Oi[kRows][kOCols];  // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows row(t), columns col(n)
   //! [registers]
   // m_i (base 2) and l_i (this lane's part) of the thread's 4 rows: touched once a tile, so they
   // wait in shared memory, a slot per thread, and leave the registers to O_i and S_ij.
@@ -299,8 +299,8 @@ void launch(const common::DeviceArgs& a) {
   const size_t shared_bytes = Tiles<d>::smem_bytes;
   common::cuda::allow_shared_memory(attention_kernel<T, d>, shared_bytes);
   attention_kernel<T, d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
-      a.q_as<T>(), a.k_as<T>(), a.v_as<T>(), a.o_as<T>(), a.lse, int(shape.seq_q),
-      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+      a.q_as<T>(), a.k_as<T>(), a.v_as<T>(), a.o_as<T>(), a.lse, int(shape.seq_q), int(shape.seq_kv),
+      int(shape.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]
@@ -318,7 +318,8 @@ common::StepInfo describe() {
   common::GpuKernel kernel;
   kernel.launch = [](const common::DeviceArgs& a) {
     HeadDims::dispatch(a.shape.head_dim, [&](auto d) {
-      if (a.precision == common::Precision::fp16) launch<__half, d()>(a); else launch<__nv_bfloat16, d()>(a);
+      if (a.precision == common::Precision::fp16) launch<__half, d()>(a);
+      else launch<__nv_bfloat16, d()>(a);
     });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };

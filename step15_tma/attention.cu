@@ -27,10 +27,10 @@ namespace step15 {
 
 namespace {
 
-constexpr int kThreads = 128;             // threads per block: 4 warps of 32 rows each
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 128;  // threads per block: 4 warps of 32 rows each
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
 static_assert(kStages == 2, "the barriers' set-up and `stage ^ 1` name exactly two stages");
 using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation each: whole 128-byte rows
 
@@ -64,14 +64,14 @@ __device__ float row_sum(float x) {
   return x;
 }
 
-using common::cuda::ldmatrix_x4;
-using common::cuda::mma_m16n8k16;
-using common::mma::RowCol;
 using common::cuda::barrier_init;
 using common::cuda::barrier_wait;
+using common::cuda::ldmatrix_x4;
+using common::cuda::mma_m16n8k16;
 using common::cuda::shared_address;
 using common::cuda::tma_load_tile;
-using namespace common::tma;   // the tile layout (tensor_map.hpp)
+using common::mma::RowCol;
+using namespace common::tma;  // the tile layout (tensor_map.hpp)
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
@@ -90,23 +90,22 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   // The rows and columns each lane addresses for ldmatrix: A (Q_i) and .trans B (V_j); B from K_j.
   const RowCol a_at = common::mma::ldmatrix_x4_address(lane), k_at = common::mma::ldmatrix_x4_address_nk(lane);
   const uint32_t a_lane = lane_offset(a_at.row, a_at.col), k_lane = lane_offset(k_at.row, k_at.col);  // swizzled
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
   // |scale| · log2 e: S_ij in base 2, the scale applied inside each exponential. A scale that
   // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
   const float scale_log2 = common::cuda::exp2_factor(scale);
 
-
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
   const auto smem = reinterpret_cast<T*>(smem_bytes + (1024 - shared_address(smem_bytes) % 1024) % 1024);
-  auto Kbuf = smem;                      // kStages × K_j: (B_c, d), d/64 column blocks of swizzled 128-byte rows
-  auto Vbuf = Kbuf + kStages * Bc * d;   // kStages × V_j: (B_c, d), the same layout
-  auto Qi = Vbuf + kStages * Bc * d;     // Q_i: (B_r, d), the same layout
+  auto Kbuf = smem;  // kStages × K_j: (B_c, d), d/64 column blocks of swizzled 128-byte rows
+  auto Vbuf = Kbuf + kStages * Bc * d;  // kStages × V_j: (B_c, d), the same layout
+  auto Qi = Vbuf + kStages * Bc * d;  // Q_i: (B_r, d), the same layout
   __shared__ uint64_t q_full, k_full[kStages], v_full[kStages];  // a tile has landed: Q_i, each stage's K_j, V_j
   //! [shared memory]
   //! [registers]
-  float Oi[kRows][kOCols];    // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col(n)
+  float Oi[kRows][kOCols];  // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows row(t), columns col(n)
   //! [registers]
   // m_i (base 2) and l_i (this lane's part) of the thread's 4 rows: touched once a tile, so they
   // wait in shared memory, a slot per thread, and leave the registers to O_i and S_ij.
@@ -139,7 +138,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     barrier_wait(&q_full, 0);
-    if (scale <= 0.0f) common::cuda::fold_scale_sign<kThreads, d, d>(Qi, Br, scale);  // seen by all after tile 0's barrier
+    if (scale <= 0.0f)
+      common::cuda::fold_scale_sign<kThreads, d, d>(Qi, Br, scale);  // seen by all after tile 0's barrier
     for (int j = 0; j < Tc; ++j) {  // line 6: K/V tiles, the inner loop
       const int kv0 = j * Bc, cols = min(Bc, n_kv - kv0);  // the last tile may be short
       const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
@@ -301,8 +301,7 @@ void launch(const common::DeviceArgs& a) {
   common::cuda::allow_shared_memory(attention_kernel<T, d>, shared_bytes);
   attention_kernel<T, d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
       map(a.q, shape.seq_q, Tiles<d>::Br), map(a.k, shape.seq_kv, Tiles<d>::Bc), map(a.v, shape.seq_kv, Tiles<d>::Bc),
-      a.o_as<T>(), a.lse, int(shape.seq_q),
-      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+      a.o_as<T>(), a.lse, int(shape.seq_q), int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]
@@ -320,7 +319,8 @@ common::StepInfo describe() {
   common::GpuKernel kernel;
   kernel.launch = [](const common::DeviceArgs& a) {
     HeadDims::dispatch(a.shape.head_dim, [&](auto d) {
-      if (a.precision == common::Precision::fp16) launch<__half, d()>(a); else launch<__nv_bfloat16, d()>(a);
+      if (a.precision == common::Precision::fp16) launch<__half, d()>(a);
+      else launch<__nv_bfloat16, d()>(a);
     });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };

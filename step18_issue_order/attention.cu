@@ -33,12 +33,13 @@ namespace step18 {
 namespace {
 
 constexpr int kWarpSize = 32;
-constexpr int kConsumerWarps = 8;         // 2 consumer warpgroups of 64 rows; warps 8 … 11 are the producer
+constexpr int kConsumerWarps = 8;  // 2 consumer warpgroups of 64 rows; warps 8 … 11 are the producer
 constexpr int kThreads = kConsumerWarps * kWarpSize + common::cuda::kWarpgroupThreads;  // threads per block
 constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;  // a thread's, once setmaxnreg has moved them
-static_assert(kConsumerWarps * kWarpSize * kConsumerRegisters + common::cuda::kWarpgroupThreads * kProducerRegisters <= common::cuda::kRegisterFile,
+static_assert(kConsumerWarps * kWarpSize * kConsumerRegisters + common::cuda::kWarpgroupThreads * kProducerRegisters <=
+                  common::cuda::kRegisterFile,
               "the register budget: every warpgroup's registers fit in the register file");
-constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
 static_assert(kStages == 2, "the barriers' set-up names exactly two stages");
 using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation each: whole 128-byte rows
 
@@ -71,8 +72,6 @@ __device__ float row_sum(float x) {
   return x;
 }
 
-using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
-using common::wgmma::mn_major_sw128;
 using common::cuda::barrier_arrive;
 using common::cuda::barrier_init;
 using common::cuda::barrier_wait;
@@ -87,7 +86,9 @@ using common::cuda::wgmma_fence;
 using common::cuda::wgmma_rs;
 using common::cuda::wgmma_ss;
 using common::cuda::wgmma_wait;
-using namespace common::tma;   // the tile layout (tensor_map.hpp)
+using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
+using common::wgmma::mn_major_sw128;
+using namespace common::tma;  // the tile layout (tensor_map.hpp)
 
 /// FlashAttention-2 for one query tile of one (batch, head) per block. Q, K, V, O, L as in the contract.
 //! [kernel]
@@ -104,24 +105,23 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
   const auto row = [&](int t) { return warp * kRowLanes * kRows + t * kRowLanes + row_lane; };
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
   const int wg = warp / 4;  // this thread's warpgroup: rows 64·wg … 64·wg + 63 of the tile
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
   // |scale| · log2 e: S_ij in base 2, the scale applied inside each exponential. A scale that
   // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
   const float scale_log2 = common::cuda::exp2_factor(scale);
 
-
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
   const auto smem = reinterpret_cast<T*>(smem_bytes + (1024 - shared_address(smem_bytes) % 1024) % 1024);
-  auto Kbuf = smem;                      // kStages × K_j: (B_c, d), d/64 column blocks of swizzled 128-byte rows
-  auto Vbuf = Kbuf + kStages * Bc * d;   // kStages × V_j: (B_c, d), the same layout
-  auto Qi = Vbuf + kStages * Bc * d;     // Q_i: (B_r, d), the same layout
+  auto Kbuf = smem;  // kStages × K_j: (B_c, d), d/64 column blocks of swizzled 128-byte rows
+  auto Vbuf = Kbuf + kStages * Bc * d;  // kStages × V_j: (B_c, d), the same layout
+  auto Qi = Vbuf + kStages * Bc * d;  // Q_i: (B_r, d), the same layout
   __shared__ uint64_t q_full, k_full[kStages], v_full[kStages];  // a tile has landed: Q_i, each stage's K_j, V_j
   __shared__ uint64_t k_empty[kStages], v_empty[kStages];  // the consumers are done with a stage's K_j, V_j
   //! [shared memory]
   //! [registers]
-  float Oi[kRows][kOCols];    // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col(n)
+  float Oi[kRows][kOCols];  // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows row(t), columns col(n)
   //! [registers]
   // m_i (base 2) and l_i (this lane's part) of the thread's 2 rows: touched once a tile, so they
   // wait in shared memory, a slot per thread, and leave the registers to O_i and S_ij.
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
     //! [producer]
     registers_up<kConsumerRegisters>();
     uint32_t Pij[Bc / 16][4];  // P̃_i,j−1 as A fragments: its product runs under S_ij's softmax
-    float alpha[kRows];               // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
+    float alpha[kRows];  // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
     const auto issue_S = [&](int j) {  // line 8 for tile j, queued on the tensor cores
       const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
       const T* Kj = Kbuf + stage * Bc * d;  // K_j: this tile's stage
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
 #pragma unroll
       for (int c = 0; c < Bc; c += 16) {
         const int n0 = c / kColLanes;  // this thread's first column index among keys c … c + 15
-        uint32_t (&p)[4] = Pij[c / 16];
+        uint32_t(&p)[4] = Pij[c / 16];
         p[0] = common::cuda::pack2<T>(Sij[0][n0], Sij[0][n0 + 1]);
         p[1] = common::cuda::pack2<T>(Sij[1][n0], Sij[1][n0 + 1]);
         p[2] = common::cuda::pack2<T>(Sij[0][n0 + 2], Sij[0][n0 + 3]);
@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
       fence_operand(Oi);
       wgmma_fence();  // O_i's rescale and P̃_ij are written before the wgmmas read them
 #pragma unroll
-      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, d>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
+      for (int c = 0; c < Bc; c += 16)
+        wgmma_rs<T, d>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
       wgmma_commit();
     };
     const auto PV_done = [&](int j) {  // this warp's P̃_ij V_j is in O_i: V_j goes back to the producer
@@ -339,8 +340,7 @@ void launch(const common::DeviceArgs& a) {
   common::cuda::allow_shared_memory(attention_kernel<T, d>, shared_bytes);
   attention_kernel<T, d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
       map(a.q, shape.seq_q, Tiles<d>::Br), map(a.k, shape.seq_kv, Tiles<d>::Bc), map(a.v, shape.seq_kv, Tiles<d>::Bc),
-      a.o_as<T>(), a.lse, int(shape.seq_q),
-      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+      a.o_as<T>(), a.lse, int(shape.seq_q), int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]
@@ -350,7 +350,8 @@ void launch(const common::DeviceArgs& a) {
 template <int d>
 common::Figures resources() {
   return common::cuda::kernel_resources(attention_kernel<__nv_bfloat16, d>, kThreads, Tiles<d>::smem_bytes,
-                                        {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br},
+                                        {{"B_c", Tiles<d>::Bc},
+                                         {"B_r", Tiles<d>::Br},
                                          {"consumer_registers", kConsumerRegisters},  // by role: setmaxnreg's
                                          {"producer_registers", kProducerRegisters}});
 }
@@ -361,7 +362,8 @@ common::StepInfo describe() {
   common::GpuKernel kernel;
   kernel.launch = [](const common::DeviceArgs& a) {
     HeadDims::dispatch(a.shape.head_dim, [&](auto d) {
-      if (a.precision == common::Precision::fp16) launch<__half, d()>(a); else launch<__nv_bfloat16, d()>(a);
+      if (a.precision == common::Precision::fp16) launch<__half, d()>(a);
+      else launch<__nv_bfloat16, d()>(a);
     });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };

@@ -17,8 +17,8 @@ TEST_CASE("step21: one upload, timed runs, and bitwise identical outputs every r
       CAPTURE(common::name(precision));
       CAPTURE(causal);
       check_session(step21::describe(),
-                    common::make_random_problem(common::Shape{2, 3, 777, 555, 64}, causal, std::nullopt, run_seed()),
-                    3, options);
+                    common::make_random_problem(common::Shape{2, 3, 777, 555, 64}, causal, std::nullopt, run_seed()), 3,
+                    options);
     }
   }
 }

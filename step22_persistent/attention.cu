@@ -35,12 +35,13 @@ namespace step22 {
 
 namespace {
 
-constexpr int kProducerRegisters = 24;    // a producer thread's registers; the consumers' depend on d (Tiles)
-constexpr int kTurn = 1;                  // named barriers kTurn + w: consumer warpgroup w may issue its wgmmas
-constexpr int kTurnThreads = 2 * common::cuda::kWarpgroupThreads;  // at a turn's barrier: the warpgroup that waits, the one that opens it
+constexpr int kProducerRegisters = 24;  // a producer thread's registers; the consumers' depend on d (Tiles)
+constexpr int kTurn = 1;  // named barriers kTurn + w: consumer warpgroup w may issue its wgmmas
+constexpr int kTurnThreads =
+    2 * common::cuda::kWarpgroupThreads;  // at a turn's barrier: the warpgroup that waits, the one that opens it
 constexpr int kConsumersMet = kTurn + 3;  // named barrier: every consumer thread (after turns 1 … 3)
 constexpr int kWarpSize = 32;
-constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
 static_assert(kStages == 2, "the barriers' set-up names exactly two stages");
 using HeadDims = common::cuda::HeadDims<64, 96, 128, 256>;  // one kernel instantiation each
 
@@ -55,13 +56,15 @@ constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2;
 /// (d = 96: 128, TMA's zeros past d). At d = 256, O_i's 128 registers leave room for B_c = 64.
 template <int d>
 struct Tiles {
-  static constexpr int kWidth = (d + common::tma::kBoxCols - 1) / common::tma::kBoxCols * common::tma::kBoxCols;  // W: whole 64-element box rows
+  static constexpr int kWidth =
+      (d + common::tma::kBoxCols - 1) / common::tma::kBoxCols * common::tma::kBoxCols;  // W: whole 64-element box rows
   static constexpr int kConsumers = d <= 64 ? 3 : 2;  // consumer warpgroups
   static constexpr int kConsumerWarps = 4 * kConsumers;  // the producer's 4 warps come after them
   static constexpr int kThreads = (kConsumers + 1) * common::cuda::kWarpgroupThreads;  // threads per block
   /// A consumer thread's registers, once setmaxnreg has moved them: as many as the budget allows.
   static constexpr int kConsumerRegisters = d <= 64 ? 160 : 240;
-  static_assert(kConsumers * common::cuda::kWarpgroupThreads * kConsumerRegisters + common::cuda::kWarpgroupThreads * kProducerRegisters <=
+  static_assert(kConsumers * common::cuda::kWarpgroupThreads * kConsumerRegisters +
+                        common::cuda::kWarpgroupThreads * kProducerRegisters <=
                     common::cuda::kRegisterFile,
                 "the register budget: every warpgroup's registers fit in the register file");
   static constexpr int Bc = d <= 128 ? 128 : 64;  // keys: one wgmma's N for S_ij
@@ -85,8 +88,6 @@ __device__ float row_sum(float x) {
   return x;
 }
 
-using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
-using common::wgmma::mn_major_sw128;
 using common::cuda::barrier_arrive;
 using common::cuda::barrier_init;
 using common::cuda::barrier_wait;
@@ -103,17 +104,21 @@ using common::cuda::wgmma_fence;
 using common::cuda::wgmma_rs;
 using common::cuda::wgmma_ss;
 using common::cuda::wgmma_wait;
-using namespace common::tma;   // the tile layout (tensor_map.hpp)
+using common::wgmma::k_major_sw128;  // wgmma's descriptors of Q_i, K_j (K-major) and V_j (MN-major)
+using common::wgmma::mn_major_sw128;
+using namespace common::tma;  // the tile layout (tensor_map.hpp)
 
 /// FlashAttention-2 for the query tiles `scheduler` gives this block, one after another. Q, K, V, O, L as in the contract.
 //! [kernel]
 template <class T, int d, bool kDynamic>  // T: __nv_bfloat16 or __half; kDynamic: scheduler.dynamic
-__global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
+__global__ void __launch_bounds__(Tiles<d>::kThreads,
+                                  1)  // 1 block per SM at least: up to 65536 / kThreads registers each
     attention_kernel(const __grid_constant__ CUtensorMap Q_map, const __grid_constant__ CUtensorMap K_map,
                      const __grid_constant__ CUtensorMap V_map, T* __restrict__ O_all, float* __restrict__ L_all,
                      int n_q, int n_kv, TileScheduler scheduler, int* claimed, float scale, bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, W = Tiles<d>::kWidth;
-  constexpr int kThreads = Tiles<d>::kThreads, kConsumerWarps = Tiles<d>::kConsumerWarps, kConsumers = Tiles<d>::kConsumers;
+  constexpr int kThreads = Tiles<d>::kThreads, kConsumerWarps = Tiles<d>::kConsumerWarps,
+                kConsumers = Tiles<d>::kConsumers;
   constexpr int kConsumerThreads = kConsumerWarps * kWarpSize;
   // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
   constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = W / kColLanes;
@@ -131,22 +136,22 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
   // is not positive goes into Q_i instead (its sign: common/cuda/scale_sign.cuh).
   const float scale_log2 = common::cuda::exp2_factor(scale);
 
-
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
   const auto smem = reinterpret_cast<T*>(smem_bytes + (1024 - shared_address(smem_bytes) % 1024) % 1024);
-  auto Kbuf = smem;                      // kStages × K_j: (B_c, W), W/64 column blocks of swizzled 128-byte rows
-  auto Vbuf = Kbuf + kStages * Bc * W;   // kStages × V_j: (B_c, W), the same layout
-  auto Qi = Vbuf + kStages * Bc * W;     // Q_i: (B_r, W), the same layout
+  auto Kbuf = smem;  // kStages × K_j: (B_c, W), W/64 column blocks of swizzled 128-byte rows
+  auto Vbuf = Kbuf + kStages * Bc * W;  // kStages × V_j: (B_c, W), the same layout
+  auto Qi = Vbuf + kStages * Bc * W;  // Q_i: (B_r, W), the same layout
   __shared__ uint64_t q_full, k_full[kStages], v_full[kStages];  // a tile has landed: Q_i, each stage's K_j, V_j
-  __shared__ uint64_t q_empty, k_empty[kStages], v_empty[kStages];  // the consumers are done with Q_i, a stage's K_j, V_j
+  __shared__ uint64_t q_empty, k_empty[kStages],
+      v_empty[kStages];  // the consumers are done with Q_i, a stage's K_j, V_j
   // The number of the tile whose Q_i is loading, set before its load: q_full's phase orders it
   // before the consumers' read; atomics, so that racecheck, which does not follow mbarriers, sees that.
   __shared__ int tile_n;
   //! [shared memory]
   //! [registers]
-  float Oi[kRows][kOCols];    // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col(n)
+  float Oi[kRows][kOCols];  // O_i: this thread's rows row(t), columns col(n), fp32 accumulators
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows row(t), columns col(n)
   //! [registers]
   // m_i (base 2) and l_i (this lane's part) of the thread's 2 rows: touched once a tile, so they
   // wait in shared memory, a slot per thread, and leave the registers to O_i and S_ij.
@@ -219,9 +224,10 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
       named_barrier_sync(kConsumersMet, kConsumerThreads);  // Q_i's signs are in before anyone reads it
     }
     uint32_t Pij[Bc / 16][4];  // P̃_i,j−1 as A fragments: its product runs under S_ij's softmax
-    float alpha[kRows];               // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
+    float alpha[kRows];  // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
     const auto issue_S = [&](int j) {  // line 8 for tile j, queued on the tensor cores
-      const int stage = (load + j) % kStages, parity = (load + j) / kStages % 2;  // a stage's barriers complete once a use
+      const int stage = (load + j) % kStages,
+                parity = (load + j) / kStages % 2;  // a stage's barriers complete once a use
       const T* Kj = Kbuf + stage * Bc * W;  // K_j: this tile's stage
       barrier_wait(&k_full[stage], parity);  // K_j has landed
 
@@ -301,7 +307,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
 #pragma unroll
       for (int c = 0; c < Bc; c += 16) {
         const int n0 = c / kColLanes;  // this thread's first column index among keys c … c + 15
-        uint32_t (&p)[4] = Pij[c / 16];
+        uint32_t(&p)[4] = Pij[c / 16];
         p[0] = common::cuda::pack2<T>(Sij[0][n0], Sij[0][n0 + 1]);
         p[1] = common::cuda::pack2<T>(Sij[1][n0], Sij[1][n0 + 1]);
         p[2] = common::cuda::pack2<T>(Sij[0][n0 + 2], Sij[0][n0 + 3]);
@@ -315,7 +321,8 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // 1 block per SM at l
       fence_operand(Oi);
       wgmma_fence();  // O_i's rescale and P̃_ij are written before the wgmmas read them
 #pragma unroll
-      for (int c = 0; c < Bc; c += 16) wgmma_rs<T, W>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
+      for (int c = 0; c < Bc; c += 16)
+        wgmma_rs<T, W>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
       wgmma_commit();
     };
     const auto PV_done = [&](int j) {  // this warp's P̃_ij V_j is in O_i: V_j goes back to the producer
@@ -420,7 +427,9 @@ void launch(const common::DeviceArgs& a) {
 template <int d>
 common::Figures resources() {
   return common::cuda::kernel_resources(attention_kernel<__nv_bfloat16, d, false>, Tiles<d>::kThreads,
-                                        Tiles<d>::smem_bytes, {{"B_c", Tiles<d>::Bc}, {"B_r", Tiles<d>::Br},
+                                        Tiles<d>::smem_bytes,
+                                        {{"B_c", Tiles<d>::Bc},
+                                         {"B_r", Tiles<d>::Br},
                                          {"consumer_warpgroups", Tiles<d>::kConsumers},  // by role: setmaxnreg's
                                          {"consumer_registers", Tiles<d>::kConsumerRegisters},
                                          {"producer_registers", kProducerRegisters}});
@@ -432,16 +441,17 @@ common::StepInfo describe() {
   common::GpuKernel kernel;
   kernel.launch = [](const common::DeviceArgs& a) {
     HeadDims::dispatch(a.shape.head_dim, [&](auto d) {
-      if (a.precision == common::Precision::fp16) launch<__half, d()>(a); else launch<__nv_bfloat16, d()>(a);
+      if (a.precision == common::Precision::fp16) launch<__half, d()>(a);
+      else launch<__nv_bfloat16, d()>(a);
     });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
   kernel.workspace_bytes = [](const common::Shape&) { return int64_t(sizeof(int)); };  // causal: claimed tiles
   kernel.compute_capability = 90;  // sm_90a machine code: wgmma exists on Hopper alone
-  return common::cuda::gpu_step(
-      "step22_persistent",
-      "The persistent grid on Hopper: one block an SM takes query tiles from a tile scheduler; d = 64, 96, 128, 256 (sm_90a)",
-      HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
+  return common::cuda::gpu_step("step22_persistent",
+                                "The persistent grid on Hopper: one block an SM takes query tiles from a tile "
+                                "scheduler; d = 64, 96, 128, 256 (sm_90a)",
+                                HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
 }
 
 common::Result attention_forward(const common::Problem& problem, const common::Options& options) {

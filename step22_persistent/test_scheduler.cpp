@@ -22,8 +22,14 @@ namespace {
 /// The shapes the tests run: T_r, B·H, G (132: an H100's SMs), both orders.
 std::vector<TileScheduler> schedulers(bool dynamic) {
   std::vector<TileScheduler> all;
-  for (const auto& [Tr, bh, grid] : std::vector<std::tuple<int, int, int>>{
-           {1, 1, 132}, {1, 7, 132}, {3, 1, 2}, {6, 64, 132}, {22, 64, 132}, {86, 4, 132}, {5, 1000, 132}, {128, 16, 1}}) {
+  for (const auto& [Tr, bh, grid] : std::vector<std::tuple<int, int, int>>{{1, 1, 132},
+                                                                           {1, 7, 132},
+                                                                           {3, 1, 2},
+                                                                           {6, 64, 132},
+                                                                           {22, 64, 132},
+                                                                           {86, 4, 132},
+                                                                           {5, 1000, 132},
+                                                                           {128, 16, 1}}) {
     for (bool longest_first : {false, true}) all.push_back({Tr, bh, std::min(grid, Tr * bh), longest_first, dynamic});
   }
   return all;

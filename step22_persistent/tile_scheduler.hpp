@@ -23,17 +23,17 @@ namespace step22 {
 /// A work tile: query tile `i` of batch·head `bh`.
 struct WorkTile {
   int bh;  ///< batch·head, 0 … B·H − 1
-  int i;   ///< query tile, 0 … T_r − 1
+  int i;  ///< query tile, 0 … T_r − 1
 };
 
 /// The order of the work tiles and the static scheduler's stride. Tile numbers are
 /// int: the launch refuses T_r · B·H ≥ 2³¹.
 struct TileScheduler {
-  int Tr;                ///< T_r: query tiles per head
-  int batch_heads;       ///< B·H
-  int grid;              ///< G: blocks in the persistent grid
-  bool longest_first;    ///< true: the longest tile of every head first; false: head by head
-  bool dynamic;          ///< true: tiles after the first come from the counter (causal)
+  int Tr;  ///< T_r: query tiles per head
+  int batch_heads;  ///< B·H
+  int grid;  ///< G: blocks in the persistent grid
+  bool longest_first;  ///< true: the longest tile of every head first; false: head by head
+  bool dynamic;  ///< true: tiles after the first come from the counter (causal)
 
   /// Work tiles in all, T_r · B·H.
   FLASH_HOST_DEVICE int tiles() const { return Tr * batch_heads; }
@@ -42,8 +42,7 @@ struct TileScheduler {
   /// side, sharing its K and V in L2, its last query tile (the longest when causal)
   /// first. Longest first: query tile T_r − 1 of every head, then T_r − 2, …
   FLASH_HOST_DEVICE WorkTile at(int n) const {
-    return longest_first ? WorkTile{n % batch_heads, Tr - 1 - n / batch_heads}
-                         : WorkTile{n / Tr, Tr - 1 - n % Tr};
+    return longest_first ? WorkTile{n % batch_heads, Tr - 1 - n / batch_heads} : WorkTile{n / Tr, Tr - 1 - n % Tr};
   }
 
   /// The tile after n for block `block`'s loop: static, n + G; dynamic, G + `claimed`,

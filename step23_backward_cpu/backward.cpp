@@ -70,9 +70,9 @@ common::Gradients attention_backward(const common::Problem& problem, const commo
 
   // "SRAM": one tile of each operand.
   BackwardTile Kj_t(Bc, d), Vj_t(Bc, d), dKj_t(Bc, d), dVj_t(Bc, d);  // K_j, V_j, dK_j, dV_j: (B_c, d)
-  BackwardTile Qi_t(Br, d), dOi_t(Br, d), dQi_t(Br, d);              // Q_i, dO_i, dQ_i: (B_r, d)
+  BackwardTile Qi_t(Br, d), dOi_t(Br, d), dQi_t(Br, d);  // Q_i, dO_i, dQ_i: (B_r, d)
   BackwardTile Pij_t(Br, Bc), dSij_t(Br, Bc);  // S_ij → P_ij and dP_ij → dS_ij in place: (B_r, B_c)
-  BackwardTile rows_t(2, Br);                  // L_i, D_i: (B_r) each
+  BackwardTile rows_t(2, Br);  // L_i, D_i: (B_r) each
   MatrixMap Kj = Kj_t.map(), Vj = Vj_t.map(), dKj = dKj_t.map(), dVj = dVj_t.map();
   MatrixMap Qi = Qi_t.map(), dOi = dOi_t.map(), dQi = dQi_t.map();
   MatrixMap Pij = Pij_t.map(), dSij = dSij_t.map();
@@ -86,16 +86,16 @@ common::Gradients attention_backward(const common::Problem& problem, const commo
   common::Progress progress(options.progress, shape.batch_heads() * Tc * Tr);  // one unit per (j, i)
 
   for (int64_t bh = 0; bh < shape.batch_heads(); ++bh) {
-    ConstMatrixMap Q(problem.q.data() + bh * n_q * d, n_q, d);    // Q: (N_q, d) in HBM
+    ConstMatrixMap Q(problem.q.data() + bh * n_q * d, n_q, d);  // Q: (N_q, d) in HBM
     ConstMatrixMap K(problem.k.data() + bh * n_kv * d, n_kv, d);  // K: (N_kv, d) in HBM
     ConstMatrixMap V(problem.v.data() + bh * n_kv * d, n_kv, d);  // V: (N_kv, d) in HBM
-    ConstMatrixMap O(in.o.data() + bh * n_q * d, n_q, d);         // O: (N_q, d) in HBM
-    ConstMatrixMap dO(in.d_o.data() + bh * n_q * d, n_q, d);      // dO: (N_q, d) in HBM
-    ConstVectorMap L(in.lse.data() + bh * n_q, n_q);              // L: (N_q) in HBM
-    MatrixMap dQ(grads.dq.data() + bh * n_q * d, n_q, d);         // dQ: (N_q, d) in HBM
-    MatrixMap dK(grads.dk.data() + bh * n_kv * d, n_kv, d);       // dK: (N_kv, d) in HBM
-    MatrixMap dV(grads.dv.data() + bh * n_kv * d, n_kv, d);       // dV: (N_kv, d) in HBM
-    VectorMap D(D_hbm.data() + bh * n_q, n_q);                    // D: (N_q) in HBM
+    ConstMatrixMap O(in.o.data() + bh * n_q * d, n_q, d);  // O: (N_q, d) in HBM
+    ConstMatrixMap dO(in.d_o.data() + bh * n_q * d, n_q, d);  // dO: (N_q, d) in HBM
+    ConstVectorMap L(in.lse.data() + bh * n_q, n_q);  // L: (N_q) in HBM
+    MatrixMap dQ(grads.dq.data() + bh * n_q * d, n_q, d);  // dQ: (N_q, d) in HBM
+    MatrixMap dK(grads.dk.data() + bh * n_kv * d, n_kv, d);  // dK: (N_kv, d) in HBM
+    MatrixMap dV(grads.dv.data() + bh * n_kv * d, n_kv, d);  // dV: (N_kv, d) in HBM
+    VectorMap D(D_hbm.data() + bh * n_q, n_q);  // D: (N_q) in HBM
 
     //! [D and dQ]
     // Line 4: D = rowsum(dO ∘ O). For every row, Σ_j P_ij dP_ij = dO_i · Σ_j P_ij V_j = dO_i · O_i:

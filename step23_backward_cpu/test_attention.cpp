@@ -22,8 +22,8 @@ common::Options with_budget(int64_t sram_floats) {
 
 /// A fresh, empty directory under the system's temporary directory.
 std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("step23_" + name + "_" + std::to_string(common::testing::run_seed()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("step23_" + name + "_" + std::to_string(common::testing::run_seed()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -87,8 +87,8 @@ TEST_CASE("step23: extreme budgets and the named fixtures") {
 
 TEST_CASE("step23: counted HBM traffic equals the closed form of Algorithm 2") {
   for (int64_t M : {1, 64, 2000, 8192, 1 << 17}) {
-    for (const common::Shape& s : {common::Shape{1, 1, 100, 100, 8}, common::Shape{2, 3, 17, 257, 32},
-                                   common::Shape{1, 2, 1000, 33, 64}}) {
+    for (const common::Shape& s :
+         {common::Shape{1, 1, 100, 100, 8}, common::Shape{2, 3, 17, 257, 32}, common::Shape{1, 2, 1000, 33, 64}}) {
       CAPTURE(M);
       CAPTURE(common::describe(s));
       const common::Problem p = common::make_random_problem(s, false, std::nullopt, 3);
@@ -145,12 +145,14 @@ TEST_CASE("step23: the program's --backward: --save, --load with do.npy, bad dO"
   const std::string d = dir.string();
   std::string out, err;
   // Random inputs, checked and saved: five files.
-  CHECK(common::testing::run_program_captured(step, {"--batch", "1", "--heads", "2", "--seq-q", "33", "--seq-kv", "17",
-                                                     "--head-dim", "8", "--causal", "--backward", "--check", "--save",
-                                                     d + "/out"},
-                                              &out, &err) == 0);
+  CHECK(common::testing::run_program_captured(
+            step,
+            {"--batch", "1", "--heads", "2", "--seq-q", "33", "--seq-kv", "17", "--head-dim", "8", "--causal",
+             "--backward", "--check", "--save", d + "/out"},
+            &out, &err) == 0);
   CHECK(out.find("max |dQ - dQ_ref|") != std::string::npos);
-  for (const char* name : {"o", "lse", "dq", "dk", "dv"}) CHECK(std::filesystem::exists(dir / "out" / (std::string(name) + ".npy")));
+  for (const char* name : {"o", "lse", "dq", "dk", "dv"})
+    CHECK(std::filesystem::exists(dir / "out" / (std::string(name) + ".npy")));
   CHECK(common::read_npy(d + "/out/dk.npy").shape == std::vector<int64_t>{1, 2, 17, 8});
 
   // --load DIR reads DIR/do.npy: the saved gradients for dO = 2 · dO' are twice those for dO'.

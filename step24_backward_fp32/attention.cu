@@ -28,11 +28,11 @@ namespace step24 {
 
 namespace {
 
-constexpr int kThreads = 128;             // threads per block: 4 warps of 16 rows each
-constexpr int kWarps = kThreads / 32;     // warps per block
+constexpr int kThreads = 128;  // threads per block: 4 warps of 16 rows each
+constexpr int kWarps = kThreads / 32;  // warps per block
 constexpr int kWarpSize = 32;
-constexpr int kPad = 4;                   // ld = d + 4: the float4s 8 lanes read from 8 rows start in different banks
-constexpr int kStages = 2;                // K_j, V_j buffers: tile j + 1 loads while tile j is used
+constexpr int kPad = 4;  // ld = d + 4: the float4s 8 lanes read from 8 rows start in different banks
+constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // one kernel instantiation each
 
 //! [tiles]
@@ -89,16 +89,16 @@ __device__ void load_tile(float* tile, const float* matrix, int row0, int B, int
 //! [kernel]
 template <int d>
 __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up to 65536 / kThreads registers each
-    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all,
-                     const float* __restrict__ V_all, float* __restrict__ O_all, float* __restrict__ L_all,
-                     int n_q, int n_kv, int batch_heads, float scale, bool causal) {
+    attention_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
+                     float* __restrict__ O_all, float* __restrict__ L_all, int n_q, int n_kv, int batch_heads,
+                     float scale, bool causal) {
   constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, ld = Tiles<d>::ld, ld_p = Tiles<d>::ld_p;
   // A thread's slice: rows row(t) of the tile, columns col_lane + 8·n of S_ij, float4s 4·col_lane + 32·n of O_i.
   constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = d / (4 * kColLanes);
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
   const auto row = [&](int t) { return warp * kRowLanes * kRows + t * kRowLanes + row_lane; };
-  const int Tr = (n_q + Br - 1) / Br;   // T_r query tiles
+  const int Tr = (n_q + Br - 1) / Br;  // T_r query tiles
 
   // This block's head: Q, O: (N_q, d); K, V: (N_kv, d); L: (N_q) in global memory.
   const size_t bh = blockIdx.x % batch_heads;
@@ -110,15 +110,15 @@ __global__ void __launch_bounds__(kThreads, 1)  // 1 block per SM at least: up t
 
   //! [shared memory]
   extern __shared__ __align__(16) float smem[];  // the block's dynamic shared memory, 16-byte aligned
-  auto Kbuf = smem;                      // kStages × K_j: (B_c, d), row stride ld, in shared memory
+  auto Kbuf = smem;  // kStages × K_j: (B_c, d), row stride ld, in shared memory
   auto Vbuf = Kbuf + kStages * Bc * ld;  // kStages × V_j: (B_c, d), row stride ld
-  auto Qi = Vbuf + kStages * Bc * ld;    // Q_i: (B_r, d), row stride ld
-  auto Pij = Qi + Br * ld;               // P̃_ij: (B_r, B_c), row stride ld_p; each warp its own rows
+  auto Qi = Vbuf + kStages * Bc * ld;  // Q_i: (B_r, d), row stride ld
+  auto Pij = Qi + Br * ld;  // P̃_ij: (B_r, B_c), row stride ld_p; each warp its own rows
   //! [shared memory]
   //! [registers]
-  float4 Oi[kRows][kOCols];   // O_i: this thread's rows row(t), float4s 4·col_lane + 32·n, in registers
-  float Sij[kRows][kSCols];   // S_ij, then P̃_ij in place: rows row(t), columns col_lane + 8·n
-  float mi[kRows], li[kRows];       // m_i, l_i of the thread's rows (the same in the row's 8 lanes)
+  float4 Oi[kRows][kOCols];  // O_i: this thread's rows row(t), float4s 4·col_lane + 32·n, in registers
+  float Sij[kRows][kSCols];  // S_ij, then P̃_ij in place: rows row(t), columns col_lane + 8·n
+  float mi[kRows], li[kRows];  // m_i, l_i of the thread's rows (the same in the row's 8 lanes)
   //! [registers]
 
   //! [algorithm 1]
@@ -266,8 +266,8 @@ void launch(const common::DeviceArgs& a) {
   const size_t shared_bytes = Tiles<d>::smem_bytes;
   common::cuda::allow_shared_memory(attention_kernel<d>, shared_bytes);
   attention_kernel<d><<<grid, block, shared_bytes, common::cuda::stream_of(a)>>>(
-      a.q_as<float>(), a.k_as<float>(), a.v_as<float>(), a.o_as<float>(), a.lse, int(shape.seq_q),
-      int(shape.seq_kv), int(shape.batch_heads()), a.scale, a.causal);
+      a.q_as<float>(), a.k_as<float>(), a.v_as<float>(), a.o_as<float>(), a.lse, int(shape.seq_q), int(shape.seq_kv),
+      int(shape.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]

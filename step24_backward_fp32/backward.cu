@@ -35,7 +35,7 @@ namespace step24 {
 namespace {
 
 constexpr int kBackwardThreads = 256;  // a 16 × 16 grid of threads over every product's output tile
-constexpr int kGrid = 16;              // threads along each side of that grid
+constexpr int kGrid = 16;  // threads along each side of that grid
 constexpr int kWarpSize = 32;
 constexpr int kPad = 4;  // ld = d + 4: the float4s 8 lanes read from 8 rows start in different banks
 
@@ -51,11 +51,11 @@ using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;
 template <int d>
 struct BackwardTiles {
   static constexpr int Bc = 64, Br = 64;
-  static constexpr int kRows = Bc / kGrid;   // rows of every output a thread owns: 4
+  static constexpr int kRows = Bc / kGrid;  // rows of every output a thread owns: 4
   static constexpr int kSCols = Bc / kGrid;  // columns of S_ij, dP_ij a thread owns: 4
-  static constexpr int kDCols = d / kGrid;   // columns of dK_j, dV_j, dQ_i a thread owns
-  static constexpr int ld = d + kPad;        // row stride of Q_i, dO_i, K_j, V_j in shared memory
-  static constexpr int ld_s = Bc + kPad;     // row stride of P_ij, dS_ij
+  static constexpr int kDCols = d / kGrid;  // columns of dK_j, dV_j, dQ_i a thread owns
+  static constexpr int ld = d + kPad;  // row stride of Q_i, dO_i, K_j, V_j in shared memory
+  static constexpr int ld_s = Bc + kPad;  // row stride of P_ij, dS_ij
   /// Shared memory: K_j, V_j, Q_i, dO_i (B, ld); P_ij, dS_ij (B_r, ld_s); L_i, D_i (B_r).
   static constexpr size_t smem_bytes =
       (size_t(2) * Bc * ld + size_t(2) * Br * ld + size_t(2) * Br * ld_s + size_t(2) * Br) * 4;
@@ -179,9 +179,8 @@ __device__ void p_and_ds(const float* Qi, const float* dOi, const float* Kj, con
 
 /// D = rowsum(dO ∘ O): one warp per row of the B·H·N_q rows.
 template <int d>
-__global__ void __launch_bounds__(kBackwardThreads) row_dot_kernel(const float* __restrict__ dO,
-                                                                   const float* __restrict__ O,
-                                                                   float* __restrict__ D, int64_t rows) {
+__global__ void __launch_bounds__(kBackwardThreads)
+    row_dot_kernel(const float* __restrict__ dO, const float* __restrict__ O, float* __restrict__ D, int64_t rows) {
   const int64_t row = int64_t(blockIdx.x) * (kBackwardThreads / kWarpSize) + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;  // the whole warp leaves together
@@ -206,16 +205,15 @@ __device__ void load_row_stats(float* Li, float* Di, const float* L, const float
 template <int d>
 __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
     backward_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
-                    const float* __restrict__ dO_all, const float* __restrict__ L_all,
-                    const float* __restrict__ D_all, float* __restrict__ dQ_all, float* __restrict__ dK_all,
-                    float* __restrict__ dV_all, int n_q, int n_kv, int batch_heads, float scale, bool causal,
-                    bool with_dq) {
+                    const float* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
+                    float* __restrict__ dQ_all, float* __restrict__ dK_all, float* __restrict__ dV_all, int n_q,
+                    int n_kv, int batch_heads, float scale, bool causal, bool with_dq) {
   using T = BackwardTiles<d>;
   constexpr int Bc = T::Bc, Br = T::Br, ld = T::ld, ld_s = T::ld_s;
   const int tm = threadIdx.x / kGrid, tn = threadIdx.x % kGrid;  // this thread's place in the 16 × 16 grid
   const size_t bh = blockIdx.x % batch_heads;
   const int j = int(blockIdx.x) / batch_heads, kv0 = j * Bc;  // this block's K/V tile
-  const auto Q = Q_all + bh * n_q * d;    // Q, dO, dQ: (N_q, d); K, V, dK, dV: (N_kv, d); L, D: (N_q)
+  const auto Q = Q_all + bh * n_q * d;  // Q, dO, dQ: (N_q, d); K, V, dK, dV: (N_kv, d); L, D: (N_q)
   const auto dO = dO_all + bh * n_q * d;
   const auto K = K_all + bh * n_kv * d;
   const auto V = V_all + bh * n_kv * d;
@@ -224,14 +222,14 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
   const auto dQ = dQ_all + bh * n_q * d;
 
   extern __shared__ __align__(16) float smem[];
-  float* Kj = smem;              // K_j: (B_c, d), row stride ld
-  float* Vj = Kj + Bc * ld;      // V_j: (B_c, d)
-  float* Qi = Vj + Bc * ld;      // Q_i: (B_r, d)
-  float* dOi = Qi + Br * ld;     // dO_i: (B_r, d)
-  float* Pij = dOi + Br * ld;    // P_ij: (B_r, B_c), row stride ld_s
-  float* dSij = Pij + Br * ld_s; // dS_ij: (B_r, B_c)
+  float* Kj = smem;  // K_j: (B_c, d), row stride ld
+  float* Vj = Kj + Bc * ld;  // V_j: (B_c, d)
+  float* Qi = Vj + Bc * ld;  // Q_i: (B_r, d)
+  float* dOi = Qi + Br * ld;  // dO_i: (B_r, d)
+  float* Pij = dOi + Br * ld;  // P_ij: (B_r, B_c), row stride ld_s
+  float* dSij = Pij + Br * ld_s;  // dS_ij: (B_r, B_c)
   float* Li = dSij + Br * ld_s;  // L_i: (B_r)
-  float* Di = Li + Br;           // D_i: (B_r)
+  float* Di = Li + Br;  // D_i: (B_r)
 
   float dKj[T::kRows][T::kDCols] = {}, dVj[T::kRows][T::kDCols] = {};  // line 7: rows 4·tm + r, columns tn + 16·c
 
@@ -346,28 +344,26 @@ void launch_backward(const common::DeviceBackwardArgs& a) {
   using T = BackwardTiles<d>;
   const common::Shape& s = a.shape;
   const auto stream = static_cast<cudaStream_t>(a.stream);
-  const auto q = static_cast<const float*>(a.q), k = static_cast<const float*>(a.k),
-             v = static_cast<const float*>(a.v), o = static_cast<const float*>(a.o),
-             d_o = static_cast<const float*>(a.d_o);
+  const auto q = static_cast<const float*>(a.q), k = static_cast<const float*>(a.k), v = static_cast<const float*>(a.v),
+             o = static_cast<const float*>(a.o), d_o = static_cast<const float*>(a.d_o);
   const auto dq = static_cast<float*>(a.dq), dk = static_cast<float*>(a.dk), dv = static_cast<float*>(a.dv);
   auto D = static_cast<float*>(a.workspace);  // D: (B, H, N_q)
   const int64_t rows = s.lse_elements();
   constexpr int kRowsPerBlock = kBackwardThreads / kWarpSize;
-  row_dot_kernel<d><<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBackwardThreads, 0, stream>>>(d_o, o, D,
-                                                                                                         rows);
+  row_dot_kernel<d>
+      <<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBackwardThreads, 0, stream>>>(d_o, o, D, rows);
   CUDA_CHECK_LAUNCH();
   if (!a.deterministic) CUDA_CHECK(cudaMemsetAsync(dq, 0, size_t(s.q_elements()) * sizeof(float), stream));
-  CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(T::smem_bytes)));
+  CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::smem_bytes)));
   const unsigned kv_tiles = unsigned((s.seq_kv + T::Bc - 1) / T::Bc);
-  backward_kernel<d><<<kv_tiles * unsigned(s.batch_heads()), kBackwardThreads, T::smem_bytes, stream>>>(
+  backward_kernel<d><<<kv_tiles* unsigned(s.batch_heads()), kBackwardThreads, T::smem_bytes, stream>>>(
       q, k, v, d_o, a.lse, D, dq, dk, dv, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal,
       !a.deterministic);
   CUDA_CHECK_LAUNCH();
   if (!a.deterministic) return;
   CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::smem_bytes)));
   const unsigned q_tiles = unsigned((s.seq_q + T::Br - 1) / T::Br);
-  dq_kernel<d><<<q_tiles * unsigned(s.batch_heads()), kBackwardThreads, T::smem_bytes, stream>>>(
+  dq_kernel<d><<<q_tiles* unsigned(s.batch_heads()), kBackwardThreads, T::smem_bytes, stream>>>(
       q, k, v, d_o, a.lse, D, dq, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }

@@ -53,8 +53,9 @@ struct BackwardLine {
 
 /// The second table: each backward step's backward pass. Returns how many failed their check.
 int print_backward(const std::vector<BackwardLine>& lines) {
-  std::cout << "\nThe backward pass of the steps that have one: dQ, dK, dV from the forward's O and L and a random dO,\n"
-               "checked against common's fp64 gradients (2 x standard attention's gradient error + a floor).\n\n";
+  std::cout
+      << "\nThe backward pass of the steps that have one: dQ, dK, dV from the forward's O and L and a random dO,\n"
+         "checked against common's fp64 gradients (2 x standard attention's gradient error + a floor).\n\n";
   std::cout << std::left << std::setw(26) << "step" << std::right << std::setw(11) << "time (ms)" << std::setw(10)
             << "TFLOP/s" << std::setw(12) << "max err dQ" << std::setw(12) << "max err dK" << std::setw(12)
             << "max err dV" << std::setw(7) << "check" << std::setw(13) << "peak memory" << std::setw(15)
@@ -73,8 +74,8 @@ int print_backward(const std::vector<BackwardLine>& lines) {
     std::cout << std::setw(11) << fixed(b.time_ms, 2) << std::setw(10) << fixed(b.tflops, 3) << std::setw(12)
               << sci(b.verdict->errors.dq) << std::setw(12) << sci(b.verdict->errors.dk) << std::setw(12)
               << sci(b.verdict->errors.dv) << std::setw(7) << (ok ? "pass" : "FAIL") << std::setw(13)
-              << common::format_bytes(double(b.gradients.peak_bytes)) << std::setw(15)
-              << traffic(b.gradients.traffic) << "\n";
+              << common::format_bytes(double(b.gradients.peak_bytes)) << std::setw(15) << traffic(b.gradients.traffic)
+              << "\n";
   }
   return failures;
 }
@@ -108,8 +109,8 @@ int main(int argc, char** argv) {
               << "Time: median of up to 3 runs after the checked one (wall clock on the CPU, kernel only on the "
                  "GPU).\n\n";
     std::cout << std::left << std::setw(26) << "step" << std::right << std::setw(11) << "time (ms)" << std::setw(10)
-              << "TFLOP/s" << std::setw(11) << "max err O" << std::setw(11) << "max err L" << std::setw(7)
-              << "check" << std::setw(13) << "peak memory" << std::setw(15) << "HBM traffic"
+              << "TFLOP/s" << std::setw(11) << "max err O" << std::setw(11) << "max err L" << std::setw(7) << "check"
+              << std::setw(13) << "peak memory" << std::setw(15) << "HBM traffic"
               << "\n";
     int failures = 0;
     std::vector<BackwardLine> backward_lines;

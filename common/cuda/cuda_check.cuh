@@ -24,11 +24,11 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
   const std::string where = std::string(file) + ":" + std::to_string(line);
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // clear the sticky-free error so later calls work
-    throw InputError(std::string("not enough GPU memory for this problem (") + call + " at " +
-                     where + "); use smaller sizes");
+    throw InputError(std::string("not enough GPU memory for this problem (") + call + " at " + where +
+                     "); use smaller sizes");
   }
-  throw CudaError(std::string("CUDA error ") + cudaGetErrorName(status) + " (" +
-                  cudaGetErrorString(status) + ") in " + call + " at " + where);
+  throw CudaError(std::string("CUDA error ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ") in " +
+                  call + " at " + where);
 }
 
 /// Why no GPU could be used, in words a user can act on. `status` is what

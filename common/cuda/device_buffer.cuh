@@ -45,9 +45,9 @@ class DeviceBuffer {
     if (counted_) WorkspaceCounter::remove(static_cast<int64_t>(bytes()));
   }
 
-  T* data() { return data_; }              ///< device pointer
+  T* data() { return data_; }  ///< device pointer
   const T* data() const { return data_; }  ///< device pointer
-  size_t size() const { return count_; }   ///< elements
+  size_t size() const { return count_; }  ///< elements
   size_t bytes() const { return count_ * sizeof(T); }  ///< bytes
 
   /// Copies `host` (same length) to the device.

@@ -51,12 +51,12 @@ inline std::vector<float> download_as_float(const DeviceBuffer<unsigned char>& t
 /// Q, K, V uploaded in the precision the step computes in; O (same precision)
 /// and L (fp32) allocated on the device and poisoned.
 struct DeviceProblem {
-  Precision precision;             ///< the element type of q, k, v, o
-  DeviceBuffer<unsigned char> q;   ///< Q: (B, H, N_q, d)
-  DeviceBuffer<unsigned char> k;   ///< K: (B, H, N_kv, d)
-  DeviceBuffer<unsigned char> v;   ///< V: (B, H, N_kv, d)
-  DeviceBuffer<unsigned char> o;   ///< O: (B, H, N_q, d), poisoned
-  DeviceBuffer<float> lse;         ///< L: (B, H, N_q), poisoned
+  Precision precision;  ///< the element type of q, k, v, o
+  DeviceBuffer<unsigned char> q;  ///< Q: (B, H, N_q, d)
+  DeviceBuffer<unsigned char> k;  ///< K: (B, H, N_kv, d)
+  DeviceBuffer<unsigned char> v;  ///< V: (B, H, N_kv, d)
+  DeviceBuffer<unsigned char> o;  ///< O: (B, H, N_q, d), poisoned
+  DeviceBuffer<float> lse;  ///< L: (B, H, N_q), poisoned
 
   /// Refuses (InputError) a problem whose tensors plus `working_bytes` do not
   /// fit in the free device memory, before allocating anything; then uploads

@@ -40,8 +40,8 @@ template <class T>
 void launch_search(const void* data, int64_t count, unsigned long long* first, cudaStream_t stream) {
   // Enough blocks to fill a GPU; each thread strides over the rest.
   const int64_t blocks = (count + kThreads - 1) / kThreads;
-  first_non_finite_kernel<T><<<unsigned(blocks < 4096 ? blocks : 4096), kThreads, 0, stream>>>(
-      static_cast<const T*>(data), count, first);
+  first_non_finite_kernel<T>
+      <<<unsigned(blocks < 4096 ? blocks : 4096), kThreads, 0, stream>>>(static_cast<const T*>(data), count, first);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -53,14 +53,10 @@ FLASH_HOST_DEVICE constexpr RowCol a_m16k16(int lane, int i) {
 }
 
 /// Element `i` (0..3) of `lane`'s B fragment of m16n8k16: its place in the 16×8 B (K × N).
-FLASH_HOST_DEVICE constexpr RowCol b_k16n8(int lane, int i) {
-  return {2 * (lane % 4) + i % 2 + 8 * (i / 2), lane / 4};
-}
+FLASH_HOST_DEVICE constexpr RowCol b_k16n8(int lane, int i) { return {2 * (lane % 4) + i % 2 + 8 * (i / 2), lane / 4}; }
 
 /// Element `i` (0..3) of `lane`'s C or D fragment of m16n8k16: its place in the 16×8 C.
-FLASH_HOST_DEVICE constexpr RowCol c_m16n8(int lane, int i) {
-  return {lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2};
-}
+FLASH_HOST_DEVICE constexpr RowCol c_m16n8(int lane, int i) { return {lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2}; }
 
 /// `ldmatrix` (m8n8, b16): element `half` (0, 1) of the 32-bit register that
 /// `lane` receives from one 8×8 matrix whose 8 rows were addressed by lanes

@@ -43,8 +43,8 @@ namespace {
 /// each run is one launch; the result is downloaded when asked for.
 class GpuSession final : public Session {
  public:
-  GpuSession(const std::string& name, std::shared_ptr<const GpuKernel> kernel,
-             const std::vector<int64_t>& head_dims, const Problem& problem, Precision precision)
+  GpuSession(const std::string& name, std::shared_ptr<const GpuKernel> kernel, const std::vector<int64_t>& head_dims,
+             const Problem& problem, Precision precision)
       : kernel_(std::move(kernel)), shape_(problem.shape) {
     validate(problem);
     require_head_dim(problem.shape.head_dim, head_dims, name);

@@ -22,8 +22,8 @@ constexpr int kSkip = 77;
 
 bool only_listing(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (std::strstr(argv[i], "list-test") || std::strstr(argv[i], "-ltc") ||
-        std::strstr(argv[i], "help") || std::strstr(argv[i], "version")) {
+    if (std::strstr(argv[i], "list-test") || std::strstr(argv[i], "-ltc") || std::strstr(argv[i], "help") ||
+        std::strstr(argv[i], "version")) {
       return true;
     }
   }

@@ -50,8 +50,8 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
 /// (b0, b1), C 16×8 fp32 (c0..c3), each lane's registers as in fragments.hpp.
 /// T: __nv_bfloat16 or __half, the element type of A and B.
 template <class T>
-__device__ inline void mma_m16n8k16(float& c0, float& c1, float& c2, float& c3, const uint32_t (&a)[4],
-                                    uint32_t b0, uint32_t b1) {
+__device__ inline void mma_m16n8k16(float& c0, float& c1, float& c2, float& c3, const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "bf16 or fp16");
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(

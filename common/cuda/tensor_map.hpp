@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "common/cuda/fragments.hpp"  // FLASH_HOST_DEVICE
-#include "common/cuda/wgmma.hpp"      // the swizzle: tile_offset
+#include "common/cuda/wgmma.hpp"  // the swizzle: tile_offset
 
 namespace common::tma {
 
@@ -24,15 +24,16 @@ inline constexpr int kBoxCols = 64;
 
 /// A tensor map's sizes, as cuTensorMapEncodeTiled takes them (innermost first).
 struct TensorMapLayout {
-  uint64_t dims[3];     ///< elements: d, N, B·H
+  uint64_t dims[3];  ///< elements: d, N, B·H
   uint64_t strides[2];  ///< bytes from one index of dimensions 1 and 2 to the next
-  uint32_t box[3];      ///< elements a copy moves: 64, rows, 1
+  uint32_t box[3];  ///< elements a copy moves: 64, rows, 1
 };
 
 /// The layout of a (batch_heads, rows, d) array of 16-bit elements, copied in boxes of
 /// `box_rows` rows. Requires d a multiple of 8 (16-byte rows) and 1 ≤ box_rows ≤ 256 (TMA's
 /// limit); a tile ⌈d/64⌉ boxes wide gets zeros in its columns past d.
-FLASH_HOST_DEVICE constexpr TensorMapLayout tensor_map_layout(int64_t batch_heads, int64_t rows, int64_t d, int box_rows) {
+FLASH_HOST_DEVICE constexpr TensorMapLayout tensor_map_layout(int64_t batch_heads, int64_t rows, int64_t d,
+                                                              int box_rows) {
   return {{uint64_t(d), uint64_t(rows), uint64_t(batch_heads)},
           {uint64_t(d) * 2, uint64_t(rows) * uint64_t(d) * 2},
           {uint32_t(kBoxCols), uint32_t(box_rows), 1u}};

@@ -95,10 +95,9 @@ TEST_CASE(FLASH_STEP_LABEL ": the Torch/Numba/CUDA notebook's shapes, causal and
 
 TEST_CASE(FLASH_STEP_LABEL ": one upload, timed runs, and bitwise identical outputs every run") {
   // N_q > N_kv, causal and not; and N_q < N_kv, causal.
-  const std::vector<std::pair<common::Shape, bool>> problems = {
-      {common::Shape{2, 3, 777, 555, 128}, false},
-      {common::Shape{2, 3, 777, 555, 128}, true},
-      {common::Shape{2, 2, 333, 517, 128}, true}};
+  const std::vector<std::pair<common::Shape, bool>> problems = {{common::Shape{2, 3, 777, 555, 128}, false},
+                                                                {common::Shape{2, 3, 777, 555, 128}, true},
+                                                                {common::Shape{2, 2, 333, 517, 128}, true}};
   for (const common::Options& options : precisions) {
     for (const auto& [shape, causal] : problems) {
       CAPTURE(common::describe(shape));
@@ -194,13 +193,14 @@ TEST_CASE(FLASH_STEP_LABEL ": gradients for B*H = 70000 heads and any scale's si
   const int64_t d = step().head_dims.front();
   for (bool causal : {false, true}) {
     CAPTURE(causal);
-    check_gradient_problem(step(), common::make_random_problem(common::Shape{700, 100, 3, 5, d}, causal, std::nullopt,
-                                                                run_seed()),
-                           precisions.front());
+    check_gradient_problem(
+        step(), common::make_random_problem(common::Shape{700, 100, 3, 5, d}, causal, std::nullopt, run_seed()),
+        precisions.front());
   }
   for (float scale : {-1.3f, 0.0f, 2.0f}) {
     CAPTURE(scale);
-    check_gradient_problem(step(), common::make_random_problem(common::Shape{2, 1, 150, 77, d}, true, scale, run_seed()),
+    check_gradient_problem(step(),
+                           common::make_random_problem(common::Shape{2, 1, 150, 77, d}, true, scale, run_seed()),
                            precisions.front());
   }
 }

@@ -24,7 +24,9 @@ namespace common::cuda {
 
 /// `mbarrier.init.shared.b64`: a barrier whose phase completes after `arrivals` arrivals
 /// (and, when bytes are expected, after they have landed).
-__device__ inline void barrier_init(uint64_t* barrier, uint32_t arrivals) { ::cuda::ptx::mbarrier_init(barrier, arrivals); }
+__device__ inline void barrier_init(uint64_t* barrier, uint32_t arrivals) {
+  ::cuda::ptx::mbarrier_init(barrier, arrivals);
+}
 
 /// `fence.mbarrier_init.release.cluster`: makes initialised barriers visible to the copy engine.
 __device__ inline void barrier_init_fence() {
@@ -42,8 +44,7 @@ __device__ inline void barrier_arrive(uint64_t* barrier) { (void)::cuda::ptx::mb
 
 /// `mbarrier.try_wait.parity`, repeated: returns once the phase of parity `parity` has completed.
 __device__ inline void barrier_wait(uint64_t* barrier, uint32_t parity) {
-  while (!::cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {
-  }
+  while (!::cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {}
 }
 
 /// `cp.async.bulk.tensor.3d` (qualifiers `.shared::cluster`, `.global`, `.tile`,

@@ -66,10 +66,10 @@ using mma::RowCol;
 /// (CUtensorMapSwizzle in cuda.h: none 0, 32B 1, 64B 2, 128B 3): the host code
 /// that builds the tensor map must translate, never cast.
 enum class Swizzle : uint32_t {
-  none = 0,      ///< no swizzle: rows of 16 bytes, core matrices stored as they are
+  none = 0,  ///< no swizzle: rows of 16 bytes, core matrices stored as they are
   bytes128 = 1,  ///< 128-byte rows; the pattern repeats every 8 rows, 1024 bytes
-  bytes64 = 2,   ///< 64-byte rows; the pattern repeats every 8 rows, 512 bytes
-  bytes32 = 3,   ///< 32-byte rows; the pattern repeats every 8 rows, 256 bytes
+  bytes64 = 2,  ///< 64-byte rows; the pattern repeats every 8 rows, 512 bytes
+  bytes32 = 3,  ///< 32-byte rows; the pattern repeats every 8 rows, 256 bytes
 };
 
 /// The width in bytes of one row of `mode`'s swizzle atom for a K-major
@@ -92,7 +92,7 @@ FLASH_HOST_DEVICE constexpr int row_bytes(Swizzle mode) {
 FLASH_HOST_DEVICE constexpr int swizzle(Swizzle mode, int offset) {
   const int chunks = row_bytes(mode) / 16;  // 8, 4, 2 or 1: the chunks one row permutes
   const int chunk = (offset / 16) % chunks;
-  const int line = offset / 128;            // one 128-byte line is one pass over the 32 banks
+  const int line = offset / 128;  // one 128-byte line is one pass over the 32 banks
   return offset + 16 * ((chunk ^ (line % chunks)) - chunk);
 }
 
@@ -107,9 +107,7 @@ FLASH_HOST_DEVICE constexpr int tile_offset(Swizzle mode, int row, int byte) {
 /// Descriptor Format"): a shared-memory byte quantity in 16-byte units, 14
 /// bits. Shared memory is below 256 KiB, so 18 address bits suffice, and
 /// everything wgmma reads is 16-byte aligned, so the low 4 bits are dropped.
-FLASH_HOST_DEVICE constexpr uint64_t matrix_descriptor_encode(uint32_t bytes) {
-  return (bytes & 0x3FFFFu) >> 4;
-}
+FLASH_HOST_DEVICE constexpr uint64_t matrix_descriptor_encode(uint32_t bytes) { return (bytes & 0x3FFFFu) >> 4; }
 
 /// The wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor
 /// Format"; CUTLASS's GmmaDescriptor in cute/arch/mma_sm90_desc.hpp has the
@@ -142,11 +140,11 @@ FLASH_HOST_DEVICE constexpr uint64_t make_descriptor(uint32_t start_address, uin
 /// The fields of a matrix descriptor, in bytes where the descriptor stores
 /// 16-byte units.
 struct DescriptorFields {
-  uint32_t start_address;        ///< shared-memory byte address of the matrix (bits 0–13, ×16)
+  uint32_t start_address;  ///< shared-memory byte address of the matrix (bits 0–13, ×16)
   uint32_t leading_byte_offset;  ///< leading-dimension byte offset (bits 16–29, ×16)
-  uint32_t stride_byte_offset;   ///< stride-dimension byte offset (bits 32–45, ×16)
-  uint32_t base_offset;          ///< matrix base offset, 0..7 (bits 49–51)
-  Swizzle swizzle;               ///< swizzle mode (bits 62–63)
+  uint32_t stride_byte_offset;  ///< stride-dimension byte offset (bits 32–45, ×16)
+  uint32_t base_offset;  ///< matrix base offset, 0..7 (bits 49–51)
+  Swizzle swizzle;  ///< swizzle mode (bits 62–63)
 };
 
 /// The fields of `descriptor`: make_descriptor() read backwards. A field

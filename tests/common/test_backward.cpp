@@ -66,9 +66,12 @@ TEST_CASE("reference gradients: equal central differences of loss = sum(dO * O)"
       const Problem p = make_random_problem(Shape{1, 2, 3, 4, 5}, causal, scale, 11);
       const std::vector<float> d_o = make_random_upstream(p.shape, 12);
       const ReferenceGradients ref = reference_backward(p, d_o);
-      for (size_t i = 0; i < p.q.size(); ++i) CHECK(ref.dq[i] == doctest::Approx(numerical(p, d_o, &Problem::q, i)).epsilon(1e-5));
-      for (size_t i = 0; i < p.k.size(); ++i) CHECK(ref.dk[i] == doctest::Approx(numerical(p, d_o, &Problem::k, i)).epsilon(1e-5));
-      for (size_t i = 0; i < p.v.size(); ++i) CHECK(ref.dv[i] == doctest::Approx(numerical(p, d_o, &Problem::v, i)).epsilon(1e-5));
+      for (size_t i = 0; i < p.q.size(); ++i)
+        CHECK(ref.dq[i] == doctest::Approx(numerical(p, d_o, &Problem::q, i)).epsilon(1e-5));
+      for (size_t i = 0; i < p.k.size(); ++i)
+        CHECK(ref.dk[i] == doctest::Approx(numerical(p, d_o, &Problem::k, i)).epsilon(1e-5));
+      for (size_t i = 0; i < p.v.size(); ++i)
+        CHECK(ref.dv[i] == doctest::Approx(numerical(p, d_o, &Problem::v, i)).epsilon(1e-5));
     }
   }
 }
@@ -171,9 +174,9 @@ TEST_CASE("driver: --backward is offered only by steps that have one; --check ju
   forward_only.backward = nullptr;
   CHECK(testing::run_program_captured(forward_only, {"--backward"}, &out, &err) == 2);
   CHECK(err.find("--backward") != std::string::npos);
-  CHECK(testing::run_program_captured(fake_backward_step(), {"--backward", "--check", "--json", "--seq-q", "9",
-                                                            "--seq-kv", "7", "--head-dim", "8"},
-                                      &out, &err) == 0);
+  CHECK(testing::run_program_captured(
+            fake_backward_step(),
+            {"--backward", "--check", "--json", "--seq-q", "9", "--seq-kv", "7", "--head-dim", "8"}, &out, &err) == 0);
   CHECK(out.find("\"backward\":{") != std::string::npos);
   CHECK(out.find("\"max_err_dk\"") != std::string::npos);
   CHECK(out.find("\"passed\":true") != out.rfind("\"passed\":true"));  // the forward's and the backward's

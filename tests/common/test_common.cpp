@@ -5,12 +5,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
-#include <set>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -108,7 +108,8 @@ TEST_CASE("tolerance rule: fp32 standard attention passes, a perturbed or unwrit
   CHECK_FALSE(check_result(p, partly).passed);
 }
 
-TEST_CASE("tolerance floor: 1e-6 for scores of size 1; at scores of size 1e3, half of what rounding two tied scores costs") {
+TEST_CASE(
+    "tolerance floor: 1e-6 for scores of size 1; at scores of size 1e3, half of what rounding two tied scores costs") {
   // Scores of order 1: the floors are 1e-6, the rule as strict as ever.
   const Problem small = make_random_problem(Shape{1, 2, 33, 47, 32}, false, std::nullopt, 11);
   const Reference small_ref = reference_attention(small);
@@ -126,7 +127,8 @@ TEST_CASE("tolerance floor: 1e-6 for scores of size 1; at scores of size 1e3, ha
     for (int64_t i = 0; i < 100; ++i) {
       for (int64_t j = 0; j < 100; ++j) {
         double dot = 0;
-        for (int64_t c2 = 0; c2 < 64; ++c2) dot += double(big.q[(bh * 100 + i) * 64 + c2]) * big.k[(bh * 100 + j) * 64 + c2];
+        for (int64_t c2 = 0; c2 < 64; ++c2)
+          dot += double(big.q[(bh * 100 + i) * 64 + c2]) * big.k[(bh * 100 + j) * 64 + c2];
         max_s = std::max(max_s, std::abs(double(big.scale) * dot));
       }
     }
@@ -257,17 +259,20 @@ TEST_CASE("npy: malformed files are rejected with a clear error") {
 TEST_CASE("npy: the header is read as the Python dict literal it is") {
   const auto dir = temp_dir("header");
   // A key named inside another key's string is not that key: the dtype is '<f8'.
-  write_raw(dir / "note.npy",
-            "{'note': \"'descr': '<f4'\", 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 16);
-  CHECK(message(dir / "note.npy") == (dir / "note.npy").string() + ": dtype '<f8' is not supported; only float32 ('<f4') is");
+  write_raw(dir / "note.npy", "{'note': \"'descr': '<f4'\", 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+            16);
+  CHECK(message(dir / "note.npy") ==
+        (dir / "note.npy").string() + ": dtype '<f8' is not supported; only float32 ('<f4') is");
   // ... and the other way round: a float32 array whose extra key mentions another dtype loads.
-  write_raw(dir / "f4.npy", "{\"descr\": \"<f4\", 'note': 'descr: <f8, shape: (9,)', 'fortran_order': False, "
-            "'shape': (1, 2)}", 8);
+  write_raw(dir / "f4.npy",
+            "{\"descr\": \"<f4\", 'note': 'descr: <f8, shape: (9,)', 'fortran_order': False, "
+            "'shape': (1, 2)}",
+            8);
   const NpyArray a = read_npy((dir / "f4.npy").string());
   CHECK(a.shape == std::vector<int64_t>{1, 2});
   // Quotes, commas and parentheses inside strings; escaped quotes.
-  write_raw(dir / "quotes.npy", "{'a,b': '(1, 2)', 'it\\'s': \"}\", 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
-            12);
+  write_raw(dir / "quotes.npy",
+            "{'a,b': '(1, 2)', 'it\\'s': \"}\", 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 12);
   CHECK(read_npy((dir / "quotes.npy").string()).shape == std::vector<int64_t>{3});
   // The empty shape is a 0-d array of one element.
   write_raw(dir / "scalar.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4);
@@ -384,8 +389,7 @@ TEST_CASE("inputs: shape_of reads [B, H, N, d] from Q, K and V and names the ten
                        "k and v must have the same shape (got [2, 3, 7, 8] and [2, 3, 6, 8])", InputError);
   CHECK_THROWS_WITH_AS(shape_of({2, 3, 5, 8}, {2, 4, 7, 8}, {2, 4, 7, 8}, {"Q", "K", "V"}),
                        "Q and K must agree in B, H and d (got [2, 3, 5, 8] and [2, 4, 7, 8])", InputError);
-  CHECK_THROWS_WITH_AS(shape_of({2, 3, 0, 8}, {2, 3, 7, 8}, {2, 3, 7, 8}), "seq_q must be >= 1 (got 0)",
-                       InputError);
+  CHECK_THROWS_WITH_AS(shape_of({2, 3, 0, 8}, {2, 3, 7, 8}, {2, 3, 7, 8}), "seq_q must be >= 1 (got 0)", InputError);
   CHECK(non_finite_message(std::nanf(""), 8 * 5 + 3, Shape{1, 2, 5, 5, 8}, 5, "q") ==
         "q holds nan at [b=0, h=1, n=0, c=3]; inputs must be finite numbers");
 }
@@ -441,8 +445,7 @@ TEST_CASE("driver: any finite scale runs and is checked: negative, zero, subnorm
   for (const char* scale : {"-1", "0", "1e-40", "-0.25", "3"}) {
     CAPTURE(scale);
     std::string out;
-    CHECK(run({"--seq-q", "9", "--seq-kv", "13", "--head-dim", "8", "--scale", scale, "--check", "--json"}, &out) ==
-          0);
+    CHECK(run({"--seq-q", "9", "--seq-kv", "13", "--head-dim", "8", "--scale", scale, "--check", "--json"}, &out) == 0);
     CHECK(out.find("\"passed\":true") != std::string::npos);
   }
 }
@@ -456,8 +459,7 @@ TEST_CASE("driver: --help works and exits 0") {
 
 TEST_CASE("driver: finite inputs that overflow fp32 inside the step: a warning, and a failed check") {
   std::string out, err;
-  CHECK(run({"--heads", "1", "--seq-q", "8", "--seq-kv", "8", "--head-dim", "64", "--scale", "3e38"}, &out, &err) ==
-        0);
+  CHECK(run({"--heads", "1", "--seq-q", "8", "--seq-kv", "8", "--head-dim", "64", "--scale", "3e38"}, &out, &err) == 0);
   CHECK(err.find("warning") != std::string::npos);
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
   CHECK(run({"--heads", "1", "--seq-q", "8", "--seq-kv", "8", "--head-dim", "64", "--scale", "3e38", "--check"}, &out,

@@ -31,7 +31,9 @@ float float_of(uint32_t bits) {
 }
 
 uint16_t bits_in(Precision p, float x) { return p == Precision::bf16 ? to_bf16_bits(x) : to_fp16_bits(x); }
-float value_of(Precision p, uint16_t bits) { return p == Precision::bf16 ? from_bf16_bits(bits) : from_fp16_bits(bits); }
+float value_of(Precision p, uint16_t bits) {
+  return p == Precision::bf16 ? from_bf16_bits(bits) : from_fp16_bits(bits);
+}
 
 // A flash-style kernel's arithmetic in `p`, on inputs already rounded: keys in
 // tiles of 64, a running maximum, P̃ = exp(S - m) rounded to `p` before P̃·V,
@@ -108,16 +110,16 @@ TEST_CASE("fp16: round to nearest, ties to even, subnormals, 65520 and beyond to
   CHECK(to_fp16_bits(-2.0f) == 0xC000);
   CHECK(to_fp16_bits(1.0f / 3) == 0x3555);
   CHECK(to_fp16_bits(0.1f) == 0x2E66);
-  CHECK(to_fp16_bits(std::ldexp(1.0f, -11) + 1) == 0x3C00);      // a tie, 1 is even
+  CHECK(to_fp16_bits(std::ldexp(1.0f, -11) + 1) == 0x3C00);  // a tie, 1 is even
   CHECK(to_fp16_bits(3 * std::ldexp(1.0f, -11) + 1) == 0x3C02);  // a tie, up to even
   CHECK(to_fp16_bits(65504.0f) == 0x7BFF);
   CHECK(to_fp16_bits(65519.0f) == 0x7BFF);
   CHECK(to_fp16_bits(65520.0f) == 0x7C00);
   CHECK(to_fp16_bits(-1e6f) == 0xFC00);
-  CHECK(to_fp16_bits(std::ldexp(1.0f, -14)) == 0x0400);          // smallest normal
-  CHECK(to_fp16_bits(std::ldexp(1.0f, -24)) == 0x0001);          // smallest subnormal
-  CHECK(to_fp16_bits(std::ldexp(1.0f, -25)) == 0x0000);          // a tie, 0 is even
-  CHECK(to_fp16_bits(3 * std::ldexp(1.0f, -25)) == 0x0002);      // a tie, up to even
+  CHECK(to_fp16_bits(std::ldexp(1.0f, -14)) == 0x0400);  // smallest normal
+  CHECK(to_fp16_bits(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  CHECK(to_fp16_bits(std::ldexp(1.0f, -25)) == 0x0000);  // a tie, 0 is even
+  CHECK(to_fp16_bits(3 * std::ldexp(1.0f, -25)) == 0x0002);  // a tie, up to even
   CHECK(to_fp16_bits(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)) == 0x0400);  // carries into the normals
   CHECK(from_fp16_bits(0x7BFF) == 65504.0f);
   CHECK(from_fp16_bits(0x8001) == -std::ldexp(1.0f, -24));
@@ -161,8 +163,7 @@ TEST_CASE("rounded_inputs: fp32 is a copy; bf16 values are representable; too la
   CHECK(b.q != p.q);
   p.v[size_t((1 * 3 + 2) * 7 * 8 + 4 * 8 + 6)] = 70000.0f;
   CHECK_THROWS_WITH_AS(rounded_inputs(p, Precision::fp16),
-                       "V holds 70000 at [b=1, h=2, n=4, c=6], beyond fp16's largest finite value (65504)",
-                       InputError);
+                       "V holds 70000 at [b=1, h=2, n=4, c=6], beyond fp16's largest finite value (65504)", InputError);
   CHECK(rounded_inputs(p, Precision::bf16).v.size() == p.v.size());
 }
 
@@ -182,13 +183,16 @@ TEST_CASE("same-precision baseline: O in the precision, errors of bf16's and fp1
   }
 }
 
-TEST_CASE("tolerance in bf16 and fp16: correct low-precision kernels pass, a wrong one does not, fp32's rule would reject them") {
+TEST_CASE(
+    "tolerance in bf16 and fp16: correct low-precision kernels pass, a wrong one does not, fp32's rule would reject "
+    "them") {
   uint64_t seed = testing::run_seed();
   for (Precision prec : {Precision::bf16, Precision::fp16}) {
     for (const Shape& shape : {Shape{1, 2, 65, 130, 64}, Shape{2, 1, 128, 77, 128}, Shape{1, 1, 3, 200, 32}}) {
       for (bool causal : {false, true}) {
         const Problem p = make_random_problem(shape, causal, std::nullopt, ++seed);
-        INFO(std::string(name(prec)) << ", " << describe(shape) << std::string(causal ? " causal" : "") << ", FLASH_TEST_SEED=" << seed);
+        INFO(std::string(name(prec)) << ", " << describe(shape) << std::string(causal ? " causal" : "")
+                                     << ", FLASH_TEST_SEED=" << seed);
         const Problem r = rounded_inputs(p, prec);
         const Result flash = flash_style(r, prec);
         const Verdict v = check_result(p, flash, prec);
@@ -211,8 +215,8 @@ TEST_CASE("tolerance in bf16 and fp16: correct low-precision kernels pass, a wro
 
 TEST_CASE("--dtype: a step computes in the precisions it declares and refuses others in one line") {
   std::string out, err;
-  const std::vector<std::string> shape = {"--batch", "1", "--heads", "2", "--seq-q", "33", "--seq-kv", "40",
-                                          "--head-dim", "64", "--check"};
+  const std::vector<std::string> shape = {"--batch",  "1",  "--heads",    "2",  "--seq-q", "33",
+                                          "--seq-kv", "40", "--head-dim", "64", "--check"};
   const StepInfo low = low_precision_step();
   CHECK(testing::run_program_captured(low, shape, &out, &err) == 0);
   CHECK(out.find(" bf16\n") != std::string::npos);  // the native precision is the default

@@ -123,8 +123,8 @@ TEST_CASE("wgmma swizzle: the PTX ISA's tables for TMA's swizzle modes, and CuTe
   const int table128[8][8] = {{0, 1, 2, 3, 4, 5, 6, 7}, {1, 0, 3, 2, 5, 4, 7, 6}, {2, 3, 0, 1, 6, 7, 4, 5},
                               {3, 2, 1, 0, 7, 6, 5, 4}, {4, 5, 6, 7, 0, 1, 2, 3}, {5, 4, 7, 6, 1, 0, 3, 2},
                               {6, 7, 4, 5, 2, 3, 0, 1}, {7, 6, 5, 4, 3, 2, 1, 0}};  // 128-byte mode, 16-byte atomicity
-  const int table64[4][8] = {{0, 1, 2, 3, 4, 5, 6, 7}, {1, 0, 3, 2, 5, 4, 7, 6}, {2, 3, 0, 1, 6, 7, 4, 5},
-                             {3, 2, 1, 0, 7, 6, 5, 4}};
+  const int table64[4][8] = {
+      {0, 1, 2, 3, 4, 5, 6, 7}, {1, 0, 3, 2, 5, 4, 7, 6}, {2, 3, 0, 1, 6, 7, 4, 5}, {3, 2, 1, 0, 7, 6, 5, 4}};
   const int table32[2][8] = {{0, 1, 2, 3, 4, 5, 6, 7}, {1, 0, 3, 2, 5, 4, 7, 6}};
   for (int line = 0; line < 16; ++line) {  // two repeats and more
     for (int cell = 0; cell < 8; ++cell) {
@@ -147,7 +147,8 @@ TEST_CASE("wgmma swizzle: the PTX ISA's tables for TMA's swizzle modes, and CuTe
   }
 }
 
-TEST_CASE("wgmma swizzle: a permutation of the 16-byte chunks within each row, its own inverse, repeating every 8 rows") {
+TEST_CASE(
+    "wgmma swizzle: a permutation of the 16-byte chunks within each row, its own inverse, repeating every 8 rows") {
   using namespace common::wgmma;
   for (const Swizzle s : {Swizzle::none, Swizzle::bytes128, Swizzle::bytes64, Swizzle::bytes32}) {
     const int w = row_bytes(s);
@@ -155,9 +156,9 @@ TEST_CASE("wgmma swizzle: a permutation of the 16-byte chunks within each row, i
       std::set<int> chunks;
       for (int byte = 0; byte < w; ++byte) {
         const int at = tile_offset(s, row, byte);
-        REQUIRE(at / w == row);                                // stays in its row
-        REQUIRE(at % 16 == byte % 16);                         // and in its place within a chunk
-        REQUIRE(swizzle(s, at) == row * w + byte);             // applying it twice is the identity
+        REQUIRE(at / w == row);  // stays in its row
+        REQUIRE(at % 16 == byte % 16);  // and in its place within a chunk
+        REQUIRE(swizzle(s, at) == row * w + byte);  // applying it twice is the identity
         REQUIRE(tile_offset(s, row + 8, byte) == at + 8 * w);  // the pattern is 8 rows long
         chunks.insert(at % w / 16);
       }
@@ -216,7 +217,8 @@ TEST_CASE("wgmma swizzle: 8 rows read at one column hit 8 different bank groups,
   }
 }
 
-TEST_CASE("wgmma D fragment (m64nNk16, fp32): the PTX ISA's figure and CUTLASS's CLayout_64xN, each element held once") {
+TEST_CASE(
+    "wgmma D fragment (m64nNk16, fp32): the PTX ISA's figure and CUTLASS's CLayout_64xN, each element held once") {
   using namespace common::wgmma;
   // PTX ISA, "Matrix Fragments for wgmma.mma_async.m64nNk16", figure "WGMMA
   // .m64nNk16 register fragment layout for accumulator matrix D": T0 holds d0, d1
@@ -292,7 +294,9 @@ TEST_CASE("wgmma D fragment: warp w holds rows 16w..16w+15 as mma.sync's C tiles
   }
 }
 
-TEST_CASE("wgmma A fragment (m64nNk16, 16-bit, from registers): the PTX ISA's figure, CUTLASS's ALayout_64x16, and S's D is P's A") {
+TEST_CASE(
+    "wgmma A fragment (m64nNk16, 16-bit, from registers): the PTX ISA's figure, CUTLASS's ALayout_64x16, and S's D is "
+    "P's A") {
   using namespace common::wgmma;
   // PTX ISA, same section, figure "WGMMA .m64nNk16 register fragment layout for
   // matrix A": T0 holds a0, a1 at row 0, columns 0, 1; a2, a3 at row 8; a4..a7 the
@@ -345,13 +349,13 @@ TEST_CASE("wgmma: the descriptors of TMA's 128-byte-swizzled tiles, K-major (Q_i
   constexpr uint32_t tile = 0x8000;
   const auto at = [&](int k) { return decode_descriptor(common::wgmma::k_major_sw128(tile, 128, k)); };
   CHECK(at(0).start_address == tile);
-  CHECK(at(48).start_address == tile + 96);              // 48 columns of 2 bytes into the 128-byte row
-  CHECK(at(64).start_address == tile + 128 * 128);       // the second column block: 128 rows of 128 bytes on
+  CHECK(at(48).start_address == tile + 96);  // 48 columns of 2 bytes into the 128-byte row
+  CHECK(at(64).start_address == tile + 128 * 128);  // the second column block: 128 rows of 128 bytes on
   CHECK(at(112).start_address == tile + 128 * 128 + 96);
   for (int k = 0; k < 128; k += 16) {
-    CHECK(at(k).stride_byte_offset == 1024);             // 8 rows of 128 bytes
+    CHECK(at(k).stride_byte_offset == 1024);  // 8 rows of 128 bytes
     CHECK(at(k).swizzle == Swizzle::bytes128);
-    CHECK(at(k).base_offset == 0);                       // the tile starts on a 1024-byte boundary
+    CHECK(at(k).base_offset == 0);  // the tile starts on a 1024-byte boundary
   }
   // V_j (128 keys, d = 128) read MN-major: 16 keys on is 16 rows on; the leading offset
   // is one column block (the next 64 of d), the stride offset 8 keys.
@@ -387,9 +391,9 @@ TEST_CASE("tma: a tensor map's layout is (d, N, B·H) with 128-byte box rows, ea
   CHECK(k.dims[0] == 128);
   CHECK(k.dims[1] == 4096);
   CHECK(k.dims[2] == 64);
-  CHECK(k.strides[0] == 256);             // bytes from one row to the next
-  CHECK(k.strides[1] == 4096 * 256);      // bytes from one head to the next
-  CHECK(k.box[0] * 2 == 128);             // one box row = one 128-byte swizzle line
+  CHECK(k.strides[0] == 256);  // bytes from one row to the next
+  CHECK(k.strides[1] == 4096 * 256);  // bytes from one head to the next
+  CHECK(k.box[0] * 2 == 128);  // one box row = one 128-byte swizzle line
   CHECK(k.box[1] == 128);
   CHECK(k.box[2] == 1);
   // TMA needs every stride a multiple of 16 bytes: true for any N at d = 64 and 128.
