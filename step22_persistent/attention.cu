@@ -37,8 +37,8 @@ namespace {
 
 constexpr int kProducerRegisters = 24;  // a producer thread's registers; the consumers' depend on d (Tiles)
 constexpr int kTurn = 1;  // named barriers kTurn + w: consumer warpgroup w may issue its wgmmas
-constexpr int kTurnThreads =
-    2 * common::cuda::kWarpgroupThreads;  // at a turn's barrier: the warpgroup that waits, the one that opens it
+// At a turn's barrier: the warpgroup that waits, the one that opens it.
+constexpr int kTurnThreads = 2 * common::cuda::kWarpgroupThreads;
 constexpr int kConsumersMet = kTurn + 3;  // named barrier: every consumer thread (after turns 1 … 3)
 constexpr int kWarpSize = 32;
 constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
@@ -111,8 +111,7 @@ using namespace common::tma;  // the tile layout (tensor_map.hpp)
 /// FlashAttention-2 for the query tiles `scheduler` gives this block, one after another. Q, K, V, O, L as in the contract.
 //! [kernel]
 template <class T, int d, bool kDynamic>  // T: __nv_bfloat16 or __half; kDynamic: scheduler.dynamic
-__global__ void __launch_bounds__(Tiles<d>::kThreads,
-                                  1)  // 1 block per SM at least: up to 65536 / kThreads registers each
+__global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM: up to 65536 / kThreads registers each
     attention_kernel(const __grid_constant__ CUtensorMap Q_map, const __grid_constant__ CUtensorMap K_map,
                      const __grid_constant__ CUtensorMap V_map, T* __restrict__ O_all, float* __restrict__ L_all,
                      int n_q, int n_kv, TileScheduler scheduler, int* claimed, float scale, bool causal) {
