@@ -26,6 +26,7 @@ struct WorkTile {
   int i;  ///< query tile, 0 … T_r − 1
 };
 
+//! [scheduler]
 /// The order of the work tiles and the static scheduler's stride. Tile numbers are
 /// int: the launch refuses T_r · B·H ≥ 2³¹.
 struct TileScheduler {
@@ -49,5 +50,6 @@ struct TileScheduler {
   /// the counter's value before this block's atomicAdd. A number ≥ tiles() means done.
   FLASH_HOST_DEVICE int next(int n, int claimed) const { return dynamic ? grid + claimed : n + grid; }
 };
+//! [scheduler]
 
 }  // namespace step22
