@@ -156,8 +156,23 @@ for expected in '| `torch.ops.flash_steps.step21_x` | per_call | 36.0 | 1.200 | 
   grep -qxF -- "$expected" "$speed_page" || { echo "FAIL: no line '$expected'"; failures=$((failures + 1)); }
 done
 python3 "$render" --check "$tmp" >/dev/null || { echo "FAIL: --check after rendering the speed blocks"; failures=$((failures + 1)); }
+# The sweep block: a step over N at one d beside the step before it and SDPA's backends, from the
+# newest pytorch_sweep file; made-up figures 300 / 250 give 1.20 against cuDNN and 1.50 against the step before.
+mkdir -p "$tmp/step05_x"
+printf '# Page\n<!-- sweep: step05 bf16 d=64 -->\nafter the sweep\n' >"$tmp/step05_x/README.md"
+{
+  echo "gpu,date,commit,dtype,method,kernel,batch,heads,N,d,causal,calls,reps,median_ms,tflops,max_abs_diff_vs_sdpa,note"
+  for k in step05_x:300 step04_y:200 sdpa_cudnn:250 sdpa_flash:150; do
+    echo "GPU X,2026-01-01,abc,bf16,cuda_graph,${k%%:*},16,16,1024,64,0,9,5,1.0,${k#*:},,"
+  done
+  echo "GPU X,2026-01-01,abc,bf16,cuda_graph,step04_y,16,16,1024,96,0,,,,,,unsupported: no d = 96"
+} >"$tmp/docs/results/current/pytorch_sweep_bf16_GPU_X_2026-01-01.csv"
+python3 "$render" "$tmp" >/dev/null
+grep -q "^| none | 1024 | 16 | 300.0 | 200.0 | 150.0 | 250.0 | 1.20 | 1.50 |$" "$tmp/step05_x/README.md" ||
+  { echo "FAIL: the sweep row"; failures=$((failures + 1)); }
+grep -q "^after the sweep$" "$tmp/step05_x/README.md" || { echo "FAIL: the sweep block ate what follows"; failures=$((failures + 1)); }
 if [[ $failures -gt 0 ]]; then
-  cat "$tmp/step01_x/README.md" "$tmp/step03_x/README.md" "$speed_page"
+  cat "$tmp/step01_x/README.md" "$tmp/step03_x/README.md" "$tmp/step05_x/README.md" "$speed_page"
   exit 1
 fi
 echo "render-pages: one-line blocks fill in and keep what follows them; run blocks keep their indentation;" \
