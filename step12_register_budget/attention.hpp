@@ -1,5 +1,5 @@
 /// \file step12_register_budget/attention.hpp
-/// \brief step12_register_budget: FlashAttention-2 on the tensor cores, the registers spent on the tiles (B_c = 64 at d = 128).
+/// \brief step12_register_budget: FlashAttention-2 on the tensor cores, the registers spent on the tiles: twice the keys a tile, m_i and l_i in shared memory.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 12: step 11 with twice the keys a tile (m_i, l_i in shared memory), the scale inside ex2.ftz, blocks ordered by mask.
+/// Step 12: step 11 with B_c doubled (128 at d ≤ 64, 64 at d = 96 and 128) and m_i, l_i in shared memory.
 namespace step12 {
 
 /// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) with

@@ -1,5 +1,5 @@
 /// \file step15_tma/attention.hpp
-/// \brief step15_tma: step 12's kernel with its tiles copied by Hopper's TMA (sm_90a), completion on mbarriers.
+/// \brief step15_tma: step 14's kernel with its tiles copied by Hopper's TMA (sm_90a), completion on mbarriers.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +8,10 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 13: step 12 with the copies of Q_i, K_j, V_j by the tensor memory accelerator, 128-byte swizzled.
+/// Step 15: step 14 with the copies of Q_i, K_j, V_j by the tensor memory accelerator, 128-byte swizzled.
 namespace step15 {
 
-/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) with step 12's
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) with step 14's
 /// kernel, its tiles brought by the copy engine (TMA): B_r = 128, B_c = 128 at d = 64
 /// and 64 at d = 128.
 /// `result.extra` holds the kernel's resource report (tiles, shared memory,

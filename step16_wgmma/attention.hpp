@@ -8,7 +8,7 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 14: step 13 with S_ij and O_i on wgmma (operands in shared memory, P̃_ij in registers).
+/// Step 16: step 15 with S_ij and O_i on wgmma (operands in shared memory, P̃_ij in registers).
 namespace step16 {
 
 /// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) with

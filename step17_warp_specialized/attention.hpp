@@ -8,10 +8,10 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 15: step 14 with warp specialisation: producer and consumer warpgroups, empty barriers, setmaxnreg.
+/// Step 17: step 16 with warp specialisation: producer and consumer warpgroups, empty barriers, setmaxnreg.
 namespace step17 {
 
-/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 14, with a
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 16, with a
 /// producer warpgroup that issues the copies and two consumer warpgroups that
 /// compute, B_r = B_c = 128.
 /// `result.extra` holds the kernel's resource report (tiles, shared memory,

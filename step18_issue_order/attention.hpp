@@ -1,5 +1,5 @@
 /// \file step18_issue_order/attention.hpp
-/// \brief step18_issue_order: step 15 with the softmax under the tensor cores' products, inside a warpgroup and between two (sm_90a).
+/// \brief step18_issue_order: step 17 with S_ij and P̃_i,j−1 V_j−1 issued back to back, one wait a tile (sm_90a).
 #pragma once
 
 #include <cstdint>
@@ -8,12 +8,12 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 16: step 15 with P̃V issued behind the next S and run under its softmax, and the warpgroups taking turns (ping-pong).
+/// Step 18: step 17 with S_ij and P̃_i,j−1 V_j−1 queued back to back and waited for once.
 namespace step18 {
 
-/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 15, with
-/// each tile's softmax overlapped with wgmmas: its own warpgroup's P̃_i,j−1 V_j−1 and
-/// the other warpgroup's products; B_r = B_c = 128.
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 17, with
+/// S_ij and the previous tile's P̃_i,j−1 V_j−1 queued together and one wait for both;
+/// B_r = B_c = 128.
 /// `result.extra` holds the kernel's resource report (tiles, shared memory,
 /// registers, spill bytes). Throws InputError (d not 64 or 128, fp32 asked for,
 /// not enough GPU memory) or NoGpuError (no GPU, or one that is not Hopper).

@@ -1,5 +1,5 @@
 /// \file step19_pingpong/attention.hpp
-/// \brief step19_pingpong: step 15 with the softmax under the tensor cores' products, inside a warpgroup and between two (sm_90a).
+/// \brief step19_pingpong: step 18 with the two consumer warpgroups taking turns on the tensor cores (ping-pong, sm_90a).
 #pragma once
 
 #include <cstdint>
@@ -8,12 +8,11 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 16: step 15 with P̃V issued behind the next S and run under its softmax, and the warpgroups taking turns (ping-pong).
+/// Step 19: step 18 with ping-pong: the consumer warpgroups take turns on named barriers.
 namespace step19 {
 
-/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 15, with
-/// each tile's softmax overlapped with wgmmas: its own warpgroup's P̃_i,j−1 V_j−1 and
-/// the other warpgroup's products; B_r = B_c = 128.
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 18, with
+/// one warpgroup's softmax under the other warpgroup's products; B_r = B_c = 128.
 /// `result.extra` holds the kernel's resource report (tiles, shared memory,
 /// registers, spill bytes). Throws InputError (d not 64 or 128, fp32 asked for,
 /// not enough GPU memory) or NoGpuError (no GPU, or one that is not Hopper).

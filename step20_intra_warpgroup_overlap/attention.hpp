@@ -1,5 +1,5 @@
 /// \file step20_intra_warpgroup_overlap/attention.hpp
-/// \brief step20_intra_warpgroup_overlap: step 15 with the softmax under the tensor cores' products, inside a warpgroup and between two (sm_90a).
+/// \brief step20_intra_warpgroup_overlap: step 19 with the softmax under P̃V inside a warpgroup (sm_90a).
 #pragma once
 
 #include <cstdint>
@@ -8,10 +8,10 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 16: step 15 with P̃V issued behind the next S and run under its softmax, and the warpgroups taking turns (ping-pong).
+/// Step 20: step 19 with S_ij's softmax run while P̃_i,j−1 V_j−1 is on the tensor cores, inside a warpgroup.
 namespace step20 {
 
-/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 15, with
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 19, with
 /// each tile's softmax overlapped with wgmmas: its own warpgroup's P̃_i,j−1 V_j−1 and
 /// the other warpgroup's products; B_r = B_c = 128.
 /// `result.extra` holds the kernel's resource report (tiles, shared memory,
