@@ -42,11 +42,13 @@ std::map<std::string, PhaseTotal> take_host_times();
 /// `{ const HostPhase timed("tensor maps"); ... }`.
 class HostPhase {
  public:
+  /// Starts timing `phase` (a string that outlives the timer) if timing is on; else does nothing.
   explicit HostPhase(const char* phase)
       : phase_(host_timing_on() ? phase : nullptr),
         start_(phase_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
   HostPhase(const HostPhase&) = delete;
   HostPhase& operator=(const HostPhase&) = delete;
+  /// Ends the phase, if stop() has not.
   ~HostPhase() { stop(); }
 
   /// Ends the phase before the end of the scope (once; later calls and the destructor add nothing).
