@@ -218,8 +218,11 @@ class _Torch:
         q, k, v = (t.detach() if t.requires_grad else t for t in (q, k, v))
         stream = raw_stream(q.get_device()) if q.is_cuda else None
         workspace = None
-        if step.needs_workspace:  # steps 4 and 5: m and l in global memory
-            nbytes = step.workspace_bytes(step.check_inputs(q, k, v, stream=stream))
+        if step.needs_workspace:  # steps 4 and 5: m and l in global memory; step 22: its tile counter
+            # Sized from the checked shape; q, k, v lent as capsules, as for the launch:
+            # Tensor.__dlpack__(stream=...) is Python that looks up two streams (12 us or more
+            # a tensor on an H200's host, to_dlpack 0.2 us).
+            nbytes = step.workspace_bytes(step.check_inputs(to_dlpack(q), to_dlpack(k), to_dlpack(v)))
             workspace = to_dlpack(q.new_empty(nbytes, dtype=torch.uint8)) if nbytes else None
         # O in the inputs' dtype, L in float32, as FlashAttention-2 returns them.
         o, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)

@@ -104,13 +104,17 @@ def _register_backward(step):
         # As the forward: detached (DLPack refuses tensors that require grad), contiguous
         # (DLPack lends no views; dO of a transposed layout arrives strided).
         q, k, v, o, lse, d_o = (t.detach().contiguous() for t in (q, k, v, o, lse, d_o))
-        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
-        shape = step.check_inputs(q, k, v, stream=stream)  # the step's one-line errors, before allocating
+        # Each tensor lent as a capsule made on the current stream, as the forward lends them:
+        # Tensor.__dlpack__(stream=...) is Python that looks up two streams, 12 us or more a tensor.
+        _, to_dlpack, raw_stream = flash_steps._torch_calls()
+        stream = raw_stream(q.get_device()) if q.is_cuda else None
+        # The step's one-line errors, before allocating.
+        shape = step.check_inputs(to_dlpack(q), to_dlpack(k), to_dlpack(v))
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # Q's dtype
         nbytes = step.backward_workspace_bytes(shape, deterministic)
-        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes else None
-        step.launch_backward(q, k, v, o, lse, d_o, dq, dk, dv, workspace, causal=causal, scale=scale,
-                             deterministic=deterministic, stream=stream)
+        workspace = to_dlpack(torch.empty(nbytes, dtype=torch.uint8, device=q.device)) if nbytes else None
+        step.launch_backward(*(to_dlpack(t) for t in (q, k, v, o, lse, d_o, dq, dk, dv)), workspace, causal=causal,
+                             scale=scale, deterministic=deterministic, stream=stream)
         return dq, dk, dv
 
     @backward.register_fake
