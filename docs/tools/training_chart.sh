@@ -54,7 +54,7 @@ set title "Training loss of the tiny transformer, SDPA's attention and step 24's
 set ylabel 'cross-entropy loss'
 set format x ''
 set grid
-set key top right noenhanced
+set key outside top center horizontal noenhanced
 plot '$tmp/loss.dat' using 1:2 with lines lw 5 lc rgb '#bbbbbb' title 'SDPA (EFFICIENT_ATTENTION)', \
      '' using 1:3 with lines lw 1.5 dt 2 lc rgb '#1f5f9f' title 'step 24 (forward and backward)'
 set size 1, 0.34
