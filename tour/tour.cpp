@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
       }
     }
     for (const std::string& name : tour::unbuilt_steps()) {
-      std::cout << std::left << std::setw(26) << name << "  not built (no CUDA compiler; needs a GPU)\n";
+      std::cout << std::left << std::setw(26) << name
+                << "  not built here (a CUDA step: nvcc builds it, a GPU runs it)\n";
     }
     if (!backward_lines.empty()) failures += print_backward(backward_lines);
     std::cout << "\npeak memory: working memory beyond inputs and outputs; HBM traffic: counted by the\n"
