@@ -7,7 +7,8 @@ source scripts/ensure-packages.sh
 ensure_packages
 # The CUDA steps are compiled only where they can run: without an NVIDIA GPU their programs
 # and the tour could only report them as skipped, and compiling them is most of the build's
-# time. scripts/test.sh (command 2) turns them on again and compiles them with the tests.
+# time. scripts/test.sh (command 2) turns them on again: the default preset sets
+# FLASH_ENABLE_CUDA=ON, and only the -D below overrides it.
 if nvidia-smi -L >/dev/null 2>&1; then
   cuda=ON
 else

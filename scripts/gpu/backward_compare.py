@@ -56,8 +56,9 @@ NOT_CAPTURED = ("back_to_back only: autograd's backward of a graph recorded outs
 
 
 def flops(call, n, d, causal):
-    """FLOPs of one call at B, H, N_q = N_kv = n: the forward's 4*B*H*n*n*d, x 2.5 for a backward, halved when causal."""
-    forward = 4.0 * B * H * n * n * d / (2 if causal else 1)
+    """FLOPs of one call at B, H, N_q = N_kv = n: check_pytorch.py's count of the forward, x 2.5 for a backward."""
+    from check_pytorch import flops as forward_flops  # imports torch: only called once timing has begun
+    forward = forward_flops(B, H, n, d, causal)
     return forward if call == "forward" else 2.5 * forward
 
 
