@@ -99,9 +99,10 @@ void standard_backward(const Problem& p, const std::vector<float>& d_o, std::vec
       if (rounding == Rounding::kFromLse) {
         std::fill(o_row.begin(), o_row.end(), T(0));
         for (int64_t j = 0; j < visible; ++j) {
-          const T w = std::exp(P[j] - m) / l;
+          const T w = lowered(std::exp(P[j] - m) / l);  // in 16 bits: P rounded before P·V, O after
           for (int64_t c = 0; c < d; ++c) o_row[c] += w * T(v[j * d + c]);
         }
+        for (T& o : o_row) o = lowered(o);
         // Summed in the other order than dP_ij's dot products below, as a kernel's own
         // reduction would: where dP_ij − D_i cancels exactly, it now cancels to rounding.
         for (int64_t c = d - 1; c >= 0; --c) D_from_o += T(g[i * d + c]) * o_row[c];
@@ -113,12 +114,13 @@ void standard_backward(const Problem& p, const std::vector<float>& d_o, std::vec
           P[j] = lowered(e / l);
         }
       }
-      // dP_ij = dO_i · V_j, D_i = Σ_j P_ij dP_ij, dS_ij = P_ij (dP_ij − D_i).
+      // dP_ij = dO_i · V_j, D_i = Σ_j P_ij dP_ij, dS_ij = P_ij (dP_ij − D_i). kFromLse keeps
+      // P_ij and dP_ij in fp32, as a tensor-core backward does, and rounds P_ij for dV's product.
       T D = 0;
       for (int64_t j = 0; j < visible; ++j) {
         T dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += T(g[i * d + c]) * T(v[j * d + c]);
-        dS[j] = lowered(dot);
+        dS[j] = rounding == Rounding::kFromLse ? dot : lowered(dot);
         D += P[j] * dS[j];
       }
       if (rounding == Rounding::kFromLse) D = D_from_o;
@@ -126,9 +128,10 @@ void standard_backward(const Problem& p, const std::vector<float>& d_o, std::vec
       // dQ_i = scale · dS_i K; dV_j += P_ij dO_i; dK_j += dS_ij Q_i (scaled at the end).
       T* dq_i = dq.data() + (bh * s.seq_q + i) * d;
       for (int64_t j = 0; j < visible; ++j) {
+        const T p_low = lowered(P[j]);  // P_ij as dV's product takes it (kFromLse: rounded only here)
         for (int64_t c = 0; c < d; ++c) {
           dq_i[c] += dS[j] * T(k[j * d + c]);
-          dv_bh[j * d + c] += P[j] * T(g[i * d + c]);
+          dv_bh[j * d + c] += p_low * T(g[i * d + c]);
           dk_bh[j * d + c] += dS[j] * T(q[i * d + c]);
         }
       }
@@ -221,14 +224,19 @@ GradientErrors max_errors(const Gradients& g, const ReferenceGradients& ref) {
 
 GradientErrors baseline_gradient_errors(const Problem& problem, const std::vector<float>& d_o,
                                         const ReferenceGradients& ref, Precision precision) {
-  if (precision != Precision::fp32) {
-    // The rounding of P, dP, dS and the outputs to 16 bits: hundreds of times fp32's.
-    return max_errors(standard_backward_in(problem, d_o, precision), ref);
-  }
+  // In 16 bits the rounding of P, dS and the outputs is hundreds of times fp32's, and the
+  // fp32 formulations differ by nothing next to it; but where D_i comes from also matters
+  // there: dP_ij − D_i cancels when one key dominates a row (scores of size 10³), exactly
+  // with autograd's D_i = Σ_j P_ij dP_ij, and only to the 16-bit rounding of O with D_i =
+  // dO_i · O_i, which every FlashAttention backward uses.
+  const std::vector<Rounding> formulations =
+      precision == Precision::fp32
+          ? std::vector<Rounding>{Rounding::kPlain, Rounding::kPrescaledQ, Rounding::kFmaExp2, Rounding::kFromLse}
+          : std::vector<Rounding>{Rounding::kPlain, Rounding::kFromLse};
   GradientErrors worst;
-  for (Rounding r : {Rounding::kPlain, Rounding::kPrescaledQ, Rounding::kFmaExp2, Rounding::kFromLse}) {
+  for (Rounding r : formulations) {
     Gradients g;
-    standard_backward<float>(problem, d_o, g.dq, g.dk, g.dv, r);
+    standard_backward<float>(problem, d_o, g.dq, g.dk, g.dv, r, precision);
     const GradientErrors e = max_errors(g, ref);
     worst.dq = std::max(worst.dq, e.dq);
     worst.dk = std::max(worst.dk, e.dk);

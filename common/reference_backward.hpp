@@ -61,8 +61,11 @@ GradientErrors max_errors(const Gradients& gradients, const ReferenceGradients& 
 /// L from the scores rounded one way (a forward's), S' rounded another (a backward's
 /// own recomputation). With scores of size 10³ the two roundings of a score differ by
 /// far more than u·|s|, because a dot product's rounding grows with Σ|q_c k_c|, and
-/// every P_ij moves with them. In bf16 and fp16 standard_backward_in's. `problem` and `d_o` must
-/// already be rounded to `precision`.
+/// every P_ij moves with them. In bf16 and fp16 the larger of two: standard_backward_in's
+/// (autograd's, D_i = Σ_j P_ij dP_ij) and FlashAttention's (P_ij from L_i and dP_ij in fp32,
+/// D_i = dO_i · O_i with O_i rounded to 16 bits as a forward returns it), which differ most
+/// at scores of size 10³, where dP_ij − D_i cancels. `problem` and `d_o` must already be
+/// rounded to `precision`.
 GradientErrors baseline_gradient_errors(const Problem& problem, const std::vector<float>& d_o,
                                         const ReferenceGradients& ref, Precision precision);
 

@@ -3,6 +3,7 @@
 /// the driver's --backward.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -51,6 +52,84 @@ StepInfo fake_backward_step() {
     validate(p, in);
     return standard_backward_in(p, in.d_o, o.precision);
   };
+  return s;
+}
+
+// A FlashAttention-2 backward in bf16 or fp16 as a tensor-core kernel computes it, emulated
+// on the CPU: Q, K, V and dO rounded once; S_ij and dP_ij summed in fp32; P_ij recomputed as
+// exp(scale · S_ij − L_i) from the forward's L; D_i = rowsum(dO_i ∘ O_i) from
+// the forward's 16-bit O; P_ij and dS_ij rounded to 16 bits as the A operands of dV_j, dK_j and
+// dQ_i's products, which accumulate in fp32; dQ, dK, dV rounded once at the end. What a 16-bit
+// GPU backward step does, in another order of summation. With `low_accumulators` dK_j and dV_j
+// are rounded to 16 bits after every query tile of B_r rows instead: a defect the rule must catch.
+Gradients flash_backward_16bit(const Problem& problem, const BackwardInputs& in, Precision precision,
+                               bool low_accumulators = false) {
+  constexpr int64_t Br = 64;  // query rows between two roundings of the defective accumulators
+  const Problem p = rounded_inputs(problem, precision);
+  const Shape& s = p.shape;
+  const int64_t d = s.head_dim;
+  const std::vector<float> d_o = rounded_tensor(in.d_o, precision, s, s.seq_q, "dO");
+  const auto low = [precision](float x) { return round_to(precision, x); };
+  Gradients g = allocate_gradients(s);
+  std::vector<float> dq(static_cast<size_t>(s.q_elements()), 0.0f), D(static_cast<size_t>(s.seq_q));
+  std::vector<float> dk(static_cast<size_t>(d)), dv(static_cast<size_t>(d));
+  for (int64_t bh = 0; bh < s.batch_heads(); ++bh) {
+    const float* Q = p.q.data() + bh * s.seq_q * d;
+    const float* K = p.k.data() + bh * s.seq_kv * d;
+    const float* V = p.v.data() + bh * s.seq_kv * d;
+    const float* O = in.o.data() + bh * s.seq_q * d;
+    const float* L = in.lse.data() + bh * s.seq_q;
+    const float* dO = d_o.data() + bh * s.seq_q * d;
+    for (int64_t i = 0; i < s.seq_q; ++i) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < d; ++c) sum = std::fma(dO[i * d + c], O[i * d + c], sum);
+      D[static_cast<size_t>(i)] = sum;
+    }
+    for (int64_t j = 0; j < s.seq_kv; ++j) {  // one key at a time: the rows of a K/V tile are independent
+      std::fill(dk.begin(), dk.end(), 0.0f);
+      std::fill(dv.begin(), dv.end(), 0.0f);
+      for (int64_t i = p.causal ? j : 0; i < s.seq_q; ++i) {
+        float S = 0.0f, dP = 0.0f;
+        for (int64_t c = 0; c < d; ++c) {
+          S = std::fma(Q[i * d + c], K[j * d + c], S);
+          dP = std::fma(dO[i * d + c], V[j * d + c], dP);
+        }
+        const float P = std::exp(std::fma(S, p.scale, -L[i]));
+        const float P16 = low(P), dS16 = low(P * (dP - D[static_cast<size_t>(i)]));
+        for (int64_t c = 0; c < d; ++c) {
+          dv[c] = std::fma(P16, dO[i * d + c], dv[c]);
+          dk[c] = std::fma(dS16, Q[i * d + c], dk[c]);
+          dq[static_cast<size_t>((bh * s.seq_q + i) * d + c)] += dS16 * K[j * d + c];
+        }
+        if (low_accumulators && (i + 1) % Br == 0) {
+          for (int64_t c = 0; c < d; ++c) dk[c] = low(dk[c]), dv[c] = low(dv[c]);
+        }
+      }
+      for (int64_t c = 0; c < d; ++c) {
+        g.dk[static_cast<size_t>((bh * s.seq_kv + j) * d + c)] = low(p.scale * dk[c]);
+        g.dv[static_cast<size_t>((bh * s.seq_kv + j) * d + c)] = low(dv[c]);
+      }
+    }
+  }
+  for (size_t e = 0; e < dq.size(); ++e) g.dq[e] = low(p.scale * dq[e]);
+  return g;
+}
+
+// A 16-bit "step": standard attention's forward in the precision asked for (O rounded, L in
+// fp32, as a tensor-core step returns them) and flash_backward_16bit.
+StepInfo emulated_16bit_step() {
+  StepInfo s;
+  s.name = "emulated_16bit_backward";
+  s.title = "FlashAttention-2's backward numerics in bf16 and fp16, emulated on the CPU";
+  s.forward = [](const Problem& p, const Options& o) {
+    return standard_attention_in(rounded_inputs(p, o.precision), o.precision);
+  };
+  s.backward = [](const Problem& p, const BackwardInputs& in, const Options& o) {
+    validate(p, in);
+    return flash_backward_16bit(p, in, o.precision);
+  };
+  s.head_dims = {32, 64, 96, 128};
+  s.precisions = {Precision::bf16, Precision::fp16};
   return s;
 }
 
@@ -120,6 +199,44 @@ TEST_CASE("gradient rule: 16-bit baselines pass their own precision's rule and n
     const Gradients low = standard_backward_in(rounded, d_o16, precision);
     CHECK(check_gradients(p, d_o, low, precision).passed);
     CHECK(!check_gradients(rounded, d_o16, low, Precision::fp32).passed);
+  }
+}
+
+TEST_CASE("gradient rule: a 16-bit FlashAttention backward passes the gradient suite") {
+  // The rule a tensor-core backward step is held to, tried on its numerics first: P_ij
+  // recomputed from L, D_i from the forward's 16-bit O, dP_ij unrounded, dS_ij rounded once.
+  // Up to N = 257 (the suite's N = 1000 cases: the next test).
+  const StepInfo step = emulated_16bit_step();
+  for (Precision precision : {Precision::bf16, Precision::fp16}) {
+    CAPTURE(name(precision));
+    Options options;
+    options.precision = precision;
+    testing::check_gradient_conformance(step, 257, options, true);
+  }
+}
+
+TEST_CASE("gradient rule: over N_q = 4096 rows, 16-bit accumulators of dK and dV fail it") {
+  // dK_j and dV_j rounded to 16 bits after every 64 query rows, a defect a tensor-core
+  // kernel can have: 64 roundings of 2^-9 (bf16) or 2^-12 (fp16) relative each where the
+  // honest kernel has one, at the end; their sum grows as √64 = 8 roundings' worth, beyond
+  // the 2× of the rule (15 roundings, at N_q = 1000, pass it on some inputs).
+  const StepInfo step = emulated_16bit_step();
+  for (Precision precision : {Precision::bf16, Precision::fp16}) {
+    for (bool causal : {false, true}) {
+      CAPTURE(name(precision));
+      CAPTURE(causal);
+      Options options;
+      options.precision = precision;
+      const Problem p = make_random_problem(Shape{1, 2, 4096, 64, 64}, causal, std::nullopt, testing::run_seed());
+      const std::vector<float> d_o = make_random_upstream(p.shape, testing::run_seed() + 1);
+      const Result forward = step.forward(p, options);
+      const BackwardInputs in{forward.o, forward.lse, d_o};
+      const GradientVerdict honest = check_gradients(p, d_o, flash_backward_16bit(p, in, precision), precision);
+      CHECK_MESSAGE(honest.passed, honest.failure);
+      const GradientVerdict defect = check_gradients(p, d_o, flash_backward_16bit(p, in, precision, true), precision);
+      CHECK(!defect.passed);
+      CHECK(defect.failure.find("above the tolerance") != std::string::npos);
+    }
   }
 }
 
