@@ -1,7 +1,7 @@
 /// \file step23_backward_cpu/attention.cpp
 /// \brief Step 23 — step 2's forward: FlashAttention-1, Algorithm 1, on the CPU (the backward is in backward.cpp).
 ///
-/// This step extends step 1 by never materialising S. Instead:
+/// Step 2 improves on step 1 by never materialising S. Instead:
 ///  1. K and V are cut into T_c tiles of B_c rows, Q into T_r tiles of B_r rows,
 ///     sized from an on-chip budget of M floats (B_c = ⌈M/4d⌉, B_r = min(B_c, d)).
 ///  2. For every K/V tile j (outer loop) and Q tile i (inner loop), the scores

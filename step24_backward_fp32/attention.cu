@@ -1,7 +1,7 @@
 /// \file step24_backward_fp32/attention.cu
 /// \brief Step 24 — step 8's forward, fp32 (the backward is in backward.cu).
 ///
-/// This step extends step 7 by overlapping memory traffic with arithmetic:
+/// Step 8 improves on step 7 by overlapping memory traffic with arithmetic:
 ///  1. K_j and V_j arrive by cp.async into two shared-memory stages: tile j + 1
 ///     is in flight while tile j is used, and the copies bypass the registers.
 ///  2. P̃_ij reaches the lanes that multiply it with V_j through shared memory

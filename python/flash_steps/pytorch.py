@@ -221,6 +221,11 @@ def op(step=None, *, backward=False, like=None):
     """The operator of ``step`` (a name, short name, number or Step). None: default_step(like)
     when a query tensor ``like`` is given, else DEFAULT_STEP, or DEFAULT_BACKWARD_STEP with
     ``backward=True`` (the step for a forward that will be differentiated)."""
+    return OPS[_op_name(step, backward, like)]
+
+
+def _op_name(step, backward, like):
+    """The name of op()'s operator."""
     if not OPS:
         raise flash_steps.NoGpuError("this build of flash_steps has no GPU steps (it was built without CUDA)")
     if step is None and like is not None:
@@ -233,7 +238,32 @@ def op(step=None, *, backward=False, like=None):
         name = flash_steps.step(step).name
     if name not in OPS:
         raise ValueError(f"{name} runs on the CPU; the PyTorch operators are the GPU steps: {', '.join(OPS)}")
-    return OPS[name]
+    return name
+
+
+#: The eager path's step choices, by (step argument, d, dtype, device index): default_step
+#: and the name look-ups once per kind of call instead of once per call.
+_EAGER_STEPS = {}
+
+
+def _eager_step(step, q):
+    """The Step that op(step, like=q) would run, for a call that needs no gradient, memoised."""
+    key = (getattr(step, "name", step), q.shape[-1], q.dtype, q.device.index)
+    chosen = _EAGER_STEPS.get(key)
+    if chosen is None:
+        chosen = _EAGER_STEPS[key] = flash_steps.step(_op_name(step, False, q))
+    return chosen
+
+
+def _plain_eager(*tensors):
+    """Whether a call on ``tensors`` may skip the operator and run the step directly: eager
+    (not traced by torch.compile or torch.jit), plain CUDA tensors (not FakeTensors, meta
+    tensors or other subclasses that the operator's fake implementation serves), and no
+    gradient to record."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    grad = torch.is_grad_enabled()
+    return all(type(t) is torch.Tensor and t.is_cuda and not (grad and t.requires_grad) for t in tensors)
 
 
 def attention(q, k, v, causal=False, scale=None, *, step=None):
@@ -242,10 +272,17 @@ def attention(q, k, v, causal=False, scale=None, *, step=None):
     Differentiable through O when the step has a backward pass. step None: default_step(q),
     the fastest built step for q's dtype, d and GPU; among the steps with a backward pass
     when autograd is recording and q, k or v requires grad."""
+    causal, scale = bool(causal), None if scale is None else float(scale)
+    if _plain_eager(q, k, v):
+        # The operator's own body, without the dispatcher and custom_op's Python around it
+        # (35 of the 48 us a launch-bound call cost through the operator on an H100): the same
+        # kernel on the same stream, so the call stays capturable in a CUDA graph.
+        return flash_steps._Torch.forward(_eager_step(step, q), q.contiguous(), k.contiguous(), v.contiguous(),
+                                          causal, scale)
     training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     # None reaches the step, which takes 1/sqrt(d): no arithmetic on a size that
     # torch.compile may have made symbolic.
-    return op(step, backward=training, like=q)(q, k, v, bool(causal), None if scale is None else float(scale))
+    return op(step, backward=training, like=q)(q, k, v, causal, scale)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,

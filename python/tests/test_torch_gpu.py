@@ -383,6 +383,42 @@ def test_the_operator_is_captured_in_a_cuda_graph_and_replays_bitwise_as_eager(s
     assert_matches_sdpa(q, k, v, o_graph, lse_graph, True, None, f"{step.name} replayed")
 
 
+@pytest.mark.parametrize("step", GPU_STEPS, ids=lambda s: s.name)
+def test_an_eager_call_skips_the_operator_gives_its_bits_and_is_captured_in_a_cuda_graph(step, monkeypatch):
+    # attention() and scaled_dot_product_attention() run the step directly when nothing needs
+    # the operator (no gradient to record, no tracing): the operator's body without its
+    # dispatch, so the same kernel and the same bits, still capturable in a CUDA graph.
+    q, k, v = make_qkv(2, 3, 300, 257, 64, seed=13, dtype=own_dtype(step))
+    o_op, lse_op = getattr(torch.ops.flash_steps, step.name)(q, k, v, True, None)
+
+    def refuse(*args):
+        raise AssertionError(f"{step.name}'s operator was called")
+
+    monkeypatch.setitem(fsp.OPS, step.name, refuse)
+    o, lse = fsp.attention(q, k, v, True, step=step.name)
+    assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
+    assert torch.equal(fsp.scaled_dot_product_attention(q, k, v, is_causal=True, step=step.name), o_op)
+    with torch.no_grad():  # inputs that require grad, but no graph is recorded
+        assert torch.equal(fsp.attention(q.clone().requires_grad_(), k, v, True, step=step.name)[0], o_op)
+    with pytest.raises(AssertionError, match="operator was called"):  # a gradient to record: the operator
+        fsp.attention(q.clone().requires_grad_(), k, v, True, step=step.name)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fsp.attention(q, k, v, True, step=step.name)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_graph, lse_graph = fsp.attention(q, k, v, True, step=step.name)
+    new_q = make_qkv(2, 3, 300, 257, 64, seed=14, dtype=q.dtype)[0]
+    q.copy_(new_q)
+    graph.replay()
+    o_eager, lse_eager = fsp.attention(q, k, v, True, step=step.name)
+    torch.cuda.synchronize()
+    assert torch.equal(o_graph, o_eager) and torch.equal(lse_graph, lse_eager)
+    assert_matches_sdpa(q, k, v, o_graph, lse_graph, True, None, f"{step.name} eager path replayed")
+
+
 def test_without_a_step_the_fastest_step_for_the_dtype_and_d_runs():
     forward_steps = [s for s in GPU_STEPS if not s.extends]
     for dtype in (torch.float32, torch.bfloat16, torch.float16):

@@ -12,8 +12,10 @@ sections, in this one process, every kernel timed the same way:
    K (K = 2000; the median of 5 repetitions after 200 warm-up calls). Timed: SDPA as a user calls
    it (sdpa_default, no backend forced) and with each backend forced that accepts the shape
    (sdpa_flash, sdpa_efficient, sdpa_cudnn, sdpa_math); the step's torch operator
-   (torch.ops.flash_steps.STEP); flash_steps.pytorch.scaled_dot_product_attention without a
-   step (default_step's choice on each call); STEP.attention_forward on the CUDA tensors (no
+   (torch.ops.flash_steps.STEP: the dispatcher and custom_op, as torch.compile and autograd
+   meet it); flash_steps.pytorch.scaled_dot_product_attention without a step (default_step's
+   choice, memoised; an eager call with no gradient to record runs the step directly, without
+   the operator: the path a user's eager call takes); STEP.attention_forward on the CUDA tensors (no
    scan, the default) and with check_finite=True (a scan and a wait). Each row's ratio_to_sdpa
    is its per_call over sdpa_default's, ratio_to_fastest_sdpa over the fastest SDPA row's.
    The cuda_graph rows (the same call captured K times in a CUDA graph and replayed: the GPU's
@@ -175,7 +177,8 @@ def launch_bound(table, flash_steps, fsp, step, dtype):
         table.row(**where, method="per_call", kernel=name, calls=CALLS, reps=REPETITIONS, median_us=f"{us:.2f}",
                   ratio_to_sdpa=f"{us / sdpa:.3f}" if sdpa else "", ratio_to_fastest_sdpa=f"{us / fastest:.3f}")
     if sdpa:
-        for name in (f"torch.ops.flash_steps.{step.name}", f"{step.short_name}.attention_forward"):
+        for name in (f"torch.ops.flash_steps.{step.name}", "flash_steps.pytorch.scaled_dot_product_attention",
+                     f"{step.short_name}.attention_forward"):
             if measured.get(name):
                 print(f"{name}: {measured[name] / sdpa:.2f} x SDPA's per-call cost (sdpa_default, "
                       f"{sdpa:.1f} us; target <= 1.25), {measured[name] / fastest:.2f} x the fastest SDPA backend's")

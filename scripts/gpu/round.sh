@@ -12,7 +12,8 @@
 # nlohmann-json) travel in .carry/deps (apt-get download + dpkg -x here).
 # FLASH_SAN_MODE=programs runs the sanitizers on each step's program over four
 # small shapes (every d, tails, causal) instead of the whole test suite: minutes
-# instead of tens of minutes, for a round that must fit a short lease. FLASH_SAN_STEPS and
+# instead of tens of minutes, for a round that must fit a short lease; FLASH_SAN_JOBS=N runs
+# N programs under the sanitizers at a time (default 1). FLASH_SAN_STEPS and
 # FLASH_NCU_STEPS (e.g. "step11 step14") limit the sanitizer and ncu phases to some steps.
 #
 # The perf phase (not in the default phases; FLASH_ROUND_PHASES=perf) times every GPU step
@@ -215,9 +216,11 @@ if want sanitizer; then
             "--batch 1 --heads 2 --seq-q 257 --seq-kv 100 --head-dim 96 --causal --scale -0.5"
             "--batch 3 --heads 1 --seq-q 65 --seq-kv 129 --head-dim 128 --causal"
             "--batch 1 --heads 2 --seq-q 257 --seq-kv 100 --head-dim 128 --causal --scale -0.5")
-    for prog in "${gpu_programs[@]}"; do
-      picked "${FLASH_SAN_STEPS:-}" "$prog" || continue
-      prog_shapes=("${shapes[@]}")
+    # san_program PROG LOG: the four tools over PROG's shapes, each run's lines appended to LOG;
+    # the first error writes "FAILED: ..." there and stops PROG's runs.
+    san_program() {
+      local prog=$1 log=$2 tool shape start
+      local -a prog_shapes=("${shapes[@]}")
       # A step that computes in fp16 as well as bf16 (its default): two shapes in fp16 too.
       if "$prog" --help | tr -s " \n" " " | grep -q "this step: bf16, fp16"; then
         prog_shapes+=("${shapes[0]} --dtype fp16" "${shapes[3]} --dtype fp16")
@@ -228,17 +231,37 @@ if want sanitizer; then
           # A d the step is not compiled for (the Hopper steps: 64 and 128 only) is skipped, and said so.
           # shellcheck disable=SC2086
           if [[ $("$prog" $shape --repeat 0 2>&1 >/dev/null || true) == *"head_dim "*"(supported:"* ]]; then
-            echo "--- $(basename "$prog") $tool $shape: skipped, d not compiled in" >>"$san_log"
+            echo "--- $(basename "$prog") $tool $shape: skipped, d not compiled in" >>"$log"
             continue
           fi
-          echo "--- $(basename "$prog") $tool $shape" >>"$san_log"
+          echo "--- $(basename "$prog") $tool $shape" >>"$log"
           # shellcheck disable=SC2086
           timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 "$prog" $shape --check --repeat 0 \
-            >>"$san_log" 2>&1 || fail "compute-sanitizer $tool on $(basename "$prog") $shape" "$san_log"
+            >>"$log" 2>&1 || { echo "FAILED: compute-sanitizer $tool on $(basename "$prog") $shape" >>"$log"; return 1; }
         done
-        note "$(basename "$prog") $tool" "$(grep -c 'ERROR SUMMARY: 0 errors\|0 hazards displayed' "$san_log") clean so far ($((SECONDS - start)) s)"
+        echo "=== $(basename "$prog") $tool: $((SECONDS - start)) s" >>"$log"
       done
+    }
+    # FLASH_SAN_JOBS programs at a time (default 1): the runs are small and the sanitizers'
+    # time is mostly the host's, so several share the GPU; each program's log stays whole.
+    san_logs=()
+    for prog in "${gpu_programs[@]}"; do
+      picked "${FLASH_SAN_STEPS:-}" "$prog" || continue
+      while (($(jobs -rp | wc -l) >= ${FLASH_SAN_JOBS:-1})); do wait -n || true; done
+      san_logs+=("$out/sanitizer_$(basename "$prog").log")
+      : >"${san_logs[-1]}"
+      san_program "$prog" "${san_logs[-1]}" &
     done
+    wait || true
+    for log in "${san_logs[@]}"; do
+      prog=$(basename "$log" .log)
+      skipped=$(grep -c -- '^--- .*skipped, d not compiled in$' "$log" || true)
+      note "${prog#sanitizer_}" "$(grep -c 'ERROR SUMMARY: 0 errors\|0 hazards displayed' "$log" || true) clean of \
+$(($(grep -c -- '^--- ' "$log" || true) - skipped)) runs, $skipped skipped"
+      cat "$log" >>"$san_log"
+      rm "$log"
+    done
+    if grep -q "^FAILED: " "$san_log"; then fail "$(grep -m 1 "^FAILED: " "$san_log" | cut -c 9-)" "$san_log"; fi
   else
     # The conformance suite under each tool, less its N = 1000 cases (the same
     # code paths as N = 257 and below, at many times the sanitizers' cost).
