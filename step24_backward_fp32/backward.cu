@@ -39,9 +39,14 @@ constexpr int kGrid = 16;  // threads along each side of that grid
 constexpr int kWarpSize = 32;
 constexpr int kPad = 4;  // ld = d + 4: the float4s 8 lanes read from 8 rows start in different banks
 
-/// Blocks per SM the kernels are compiled for: one. Two at d <= 64 would cap a thread at
-/// 128 registers, and there the compiler spills (8 bytes at d = 32, 24 at d = 64).
-constexpr int kBlocksPerSm = 1;
+/// Blocks per SM the kernels are compiled for: two at d <= 64 (16 warps an SM, a thread
+/// capped at 128 registers), so that one block's products run while the other waits at a
+/// barrier; one above (a thread's 64 accumulators at d = 128 need more). Under the cap the
+/// compiler keeps everything in registers only if S_ij's and dP_ij's loop is not unrolled
+/// (rows_times_rows); timed on an H200, fp32, N = 4096: 27.3 -> 32.2 TFLOP/s at d = 64
+/// (scripts/experiments/step24_variants.sh).
+template <int d>
+constexpr int kBlocksPerSm = d <= 64 ? 2 : 1;
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;
 
 //! [tiles]
@@ -92,7 +97,8 @@ __device__ void rows_times_rows(float (&C)[BackwardTiles<d>::kRows][BackwardTile
 #pragma unroll
     for (int c = 0; c < T::kSCols; ++c) C[r][c] = 0.0f;
   }
-#pragma unroll 4
+  constexpr int kUnroll = kBlocksPerSm<d> == 2 ? 1 : 4;  // rolled under two blocks' register cap: no spill
+#pragma unroll kUnroll
   for (int k4 = 0; k4 < d / 4; ++k4) {
     float4 a[T::kRows];
 #pragma unroll
@@ -203,7 +209,7 @@ __device__ void load_row_stats(float* Li, float* Di, const float* L, const float
 /// registers over the query tiles, dQ_i's terms added into dQ (unless `with_dq` is false).
 //! [kernel]
 template <int d>
-__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
     backward_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
                     const float* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
                     float* __restrict__ dQ_all, float* __restrict__ dK_all, float* __restrict__ dV_all, int n_q,
@@ -291,7 +297,7 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
 /// dS_ij K_j over its K/V tiles in order, S_ij and dP_ij recomputed.
 //! [dq kernel]
 template <int d>
-__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
     dq_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
               const float* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
               float* __restrict__ dQ_all, int n_q, int n_kv, int batch_heads, float scale, bool causal) {

@@ -189,6 +189,12 @@ class Step:
 # GPU steps on CUDA tensors: outputs allocated by the caller's framework.
 
 
+#: Workspace bytes by (step name, q's shape, k's shape), for _Torch.forward: a model calls
+#: attention with a few shapes over and over. At most _WORKSPACE_SHAPES_KEPT shapes, then forgotten.
+_WORKSPACE_BYTES = {}
+_WORKSPACE_SHAPES_KEPT = 1024
+
+
 class _Torch:
     """PyTorch: its caching allocator and its current stream."""
 
@@ -219,10 +225,17 @@ class _Torch:
         stream = raw_stream(q.get_device()) if q.is_cuda else None
         workspace = None
         if step.needs_workspace:  # steps 4 and 5: m and l in global memory; step 22: its tile counter
-            # Sized from the checked shape; q, k, v lent as capsules, as for the launch:
+            # Sized from the checked shape, once per step and shapes (the launch checks every
+            # call's tensors again); q, k, v lent as capsules, as for the launch:
             # Tensor.__dlpack__(stream=...) is Python that looks up two streams (12 us or more
             # a tensor on an H200's host, to_dlpack 0.2 us).
-            nbytes = step.workspace_bytes(step.check_inputs(to_dlpack(q), to_dlpack(k), to_dlpack(v)))
+            key = (step.name, tuple(q.shape), tuple(k.shape))
+            nbytes = _WORKSPACE_BYTES.get(key)
+            if nbytes is None:
+                nbytes = step.workspace_bytes(step.check_inputs(to_dlpack(q), to_dlpack(k), to_dlpack(v)))
+                if len(_WORKSPACE_BYTES) >= _WORKSPACE_SHAPES_KEPT:
+                    _WORKSPACE_BYTES.clear()
+                _WORKSPACE_BYTES[key] = nbytes
             workspace = to_dlpack(q.new_empty(nbytes, dtype=torch.uint8)) if nbytes else None
         # O in the inputs' dtype, L in float32, as FlashAttention-2 returns them.
         o, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)

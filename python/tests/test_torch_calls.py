@@ -42,7 +42,7 @@ def fake_step(calls, workspace_bytes):
     def launch(q, k, v, o, lse, workspace, **options):
         calls.append(("launch", q, k, v, o, lse, workspace))
 
-    return SimpleNamespace(needs_workspace=workspace_bytes > 0, workspace_bytes=lambda shape: workspace_bytes,
+    return SimpleNamespace(name=f"fake_step_{workspace_bytes}", needs_workspace=workspace_bytes > 0, workspace_bytes=lambda shape: workspace_bytes,
                            check_inputs=check_inputs, _native=SimpleNamespace(launch=launch))
 
 
@@ -55,13 +55,23 @@ def fake_torch(monkeypatch):
 
 
 @pytest.mark.parametrize("workspace_bytes", [0, 4], ids=["no workspace", "step 22's tile counter"])
-def test_torch_forward_lends_every_tensor_as_a_capsule(fake_torch, workspace_bytes):
+def test_torch_forward_lends_every_tensor_as_a_capsule(fake_torch, workspace_bytes, monkeypatch):
     calls = []
     q, k, v = (FakeTensor(name, (1, 1, 128, 64)) for name in "qkv")
-    o, lse = flash_steps._Torch.forward(fake_step(calls, workspace_bytes), q, k, v, False, None)
+    step = fake_step(calls, workspace_bytes)
+    monkeypatch.setattr(flash_steps, "_WORKSPACE_BYTES", {})
+    o, lse = flash_steps._Torch.forward(step, q, k, v, False, None)
     assert (o.name, lse.name, lse.shape) == ("o", "lse", (1, 1, 128))
     capsules = [("capsule", name) for name in ("q", "k", "v", "o", "lse")]
     workspace = ("capsule", "workspace") if workspace_bytes else None
     # A step with a workspace checks q, k, v first, to size it: capsules too, never __dlpack__.
     expected = [("check_inputs", *capsules[:3])] if workspace_bytes else []
     assert calls == expected + [("launch", *capsules, workspace)]
+    # The workspace's size is asked once per step and shapes: a second call only launches.
+    calls.clear()
+    flash_steps._Torch.forward(step, q, k, v, False, None)
+    assert calls == [("launch", *capsules, workspace)]
+    calls.clear()
+    longer = FakeTensor("q", (1, 1, 256, 64))  # another shape: asked again
+    flash_steps._Torch.forward(step, longer, k, v, False, None)
+    assert calls[0][0] == ("check_inputs" if workspace_bytes else "launch")

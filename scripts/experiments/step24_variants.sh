@@ -12,6 +12,8 @@
 #   V1 two blocks per SM at d <= 64, the products' loops not unrolled there (nvcc 13.0, sm_90:
 #      128 registers, no spill at d = 32 and 64; d = 96 and 128 as V0)
 #   V2 two blocks per SM at d <= 64, the loops unrolled as in V0 (24 bytes spilled at d = 64)
+#   V3 two blocks per SM at d <= 64, only S_ij's and dP_ij's loop (rows_times_rows) not unrolled
+#      there (128 registers, no spill at d = 32 and 64)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/experiments/variants.sh
@@ -22,3 +24,4 @@ per_d=('s/^constexpr int kBlocksPerSm = 1;/template <int d>\nconstexpr int kBloc
 run V0_step24
 run V1_2_blocks_not_unrolled "${per_d[@]}" 's/#pragma unroll \([24]\)$/#pragma unroll(kBlocksPerSm<d> == 2 ? 1 : \1)/'
 run V2_2_blocks_spilling "${per_d[@]}"
+run V3_2_blocks_products_unrolled "${per_d[@]}" 's/^#pragma unroll 4$/#pragma unroll(kBlocksPerSm<d> == 2 ? 1 : 4)/; 0,/kBlocksPerSm<d> == 2 ? 1 : 4/! s/#pragma unroll(kBlocksPerSm<d> == 2 ? 1 : 4)/#pragma unroll 4/'
