@@ -9,7 +9,9 @@ sections, in this one process, every kernel timed the same way:
 
 1. launch_bound (B=1, H=1, N=128, d=64, not causal, the step's dtype): per_call is the host's
    wall clock over K calls made back to back, the stream waited for once at the end, divided by
-   K (K = 2000; the median of 5 repetitions after 200 warm-up calls). Timed: SDPA as a user calls
+   K (K = 2000; the median of 11 repetitions after 200 warm-up calls, taken in rounds: one
+   repetition of every call a round, so that a slow spell of the host's, which moves these
+   figures by tens of per cent, falls on all of them alike). Timed: SDPA as a user calls
    it (sdpa_default, no backend forced) and with each backend forced that accepts the shape
    (sdpa_flash, sdpa_efficient, sdpa_cudnn, sdpa_math); the step's torch operator
    (torch.ops.flash_steps.STEP: the dispatcher and custom_op, as torch.compile and autograd
@@ -56,6 +58,7 @@ import check_pytorch as cp  # noqa: E402  (time_sustained, the SDPA backends, th
 CALLS = 2000  # K: calls per repetition of the per_call timing
 WARMUP = 200
 REPETITIONS = 5
+INTERLEAVED_REPETITIONS = 11  # launch_bound's rounds: one repetition of every call a round
 LAUNCH_BOUND = dict(batch=1, heads=1, N=128, d=64, causal=False)
 TOKENS = 16384  # B * N of the graph_vs_eager shapes
 GRAPH_NS = (1024, 4096)
@@ -86,14 +89,40 @@ def per_call_us(call, calls=CALLS):
     for _ in range(WARMUP):
         call()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(REPETITIONS):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(times)
+    return statistics.median(one_repetition_us(call, calls) for _ in range(REPETITIONS))
+
+
+def one_repetition_us(call, calls=CALLS):
+    """Host wall clock per call over `calls` back-to-back calls, the stream waited for at the end."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def interleaved_per_call_us(calls_by_name, repetitions=INTERLEAVED_REPETITIONS):
+    """per_call_us of every (call, backend) in calls_by_name, the repetitions taken in turns (one
+    of each call, then the next round), so that a slow spell of the host's falls on every call
+    alike instead of on whichever was being timed: {name: median us, or the RuntimeError}."""
+    measured, times = {}, {}
+    for name, (call, backend) in calls_by_name.items():
+        try:
+            with under(backend):
+                for _ in range(WARMUP):
+                    call()
+            torch.cuda.synchronize()
+            times[name] = []
+        except RuntimeError as e:
+            torch.cuda.synchronize()
+            measured[name] = e
+    for _ in range(repetitions):
+        for name in times:
+            call, backend = calls_by_name[name]
+            with under(backend):
+                times[name].append(one_repetition_us(call))
+    measured.update({name: statistics.median(t) for name, t in times.items()})
+    return measured
 
 
 def host_only_us(call, calls=CALLS):
@@ -160,21 +189,17 @@ def launch_bound(table, flash_steps, fsp, step, dtype):
     calls[f"{step.short_name}.attention_forward(check_finite=True)"] = (
         lambda: step.attention_forward(q, k, v, causal=causal, check_finite=True), None)
 
-    measured = {}
-    for name, (call, backend) in calls.items():
-        try:
-            with under(backend):
-                measured[name] = per_call_us(call)
-        except RuntimeError as e:
-            torch.cuda.synchronize()
+    measured = interleaved_per_call_us(calls)
+    for name, us in measured.items():
+        if isinstance(us, RuntimeError):
             measured[name] = None
-            table.row(**where, method="per_call", kernel=name, note=cp.short_error(e))
+            table.row(**where, method="per_call", kernel=name, note=cp.short_error(us))
     sdpa = measured.get("sdpa_default")
     fastest = min(us for name, us in measured.items() if name.startswith("sdpa_") and us is not None)
     for name, us in measured.items():
         if us is None:
             continue
-        table.row(**where, method="per_call", kernel=name, calls=CALLS, reps=REPETITIONS, median_us=f"{us:.2f}",
+        table.row(**where, method="per_call", kernel=name, calls=CALLS, reps=INTERLEAVED_REPETITIONS, median_us=f"{us:.2f}",
                   ratio_to_sdpa=f"{us / sdpa:.3f}" if sdpa else "", ratio_to_fastest_sdpa=f"{us / fastest:.3f}")
     if sdpa:
         for name in (f"torch.ops.flash_steps.{step.name}", "flash_steps.pytorch.scaled_dot_product_attention",
