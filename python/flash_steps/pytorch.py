@@ -22,7 +22,7 @@ would; the kernel then runs on them through DLPack without a further copy, on th
 current stream.
 
 Gradients: the operator of a step with a backward pass (``Step.has_backward``: step24 in
-fp32) has an autograd formula (``register_autograd``), so ``loss.backward()`` runs through
+fp32, step25 in bf16 and fp16) has an autograd formula (``register_autograd``), so ``loss.backward()`` runs through
 it: the forward saves Q, K, V, O and L, and the backward calls a second operator,
 ``flash_steps::<step name>_backward`` (``q, k, v, o, lse, d_o, causal, scale, deterministic ->
 (dq, dk, dv)``, also with a fake implementation), which runs the step's backward kernels on
@@ -175,8 +175,9 @@ BACKWARD_OPS = {name: getattr(torch.ops.flash_steps, f"{name}_backward") for nam
 #: are given to choose by (default_step falls back from it by d, dtype and GPU).
 DEFAULT_STEP = next((s.name for s in reversed(flash_steps.gpu_steps()) if not s.extends), None)
 
-#: The last GPU step with a backward pass (step24_backward_fp32: float32 tensors): the step
-#: used when none is named and a gradient is needed, unless default_step finds a later fit.
+#: The last GPU step with a backward pass (step25_backward_tensor_cores: bfloat16 and float16
+#: tensors; step24_backward_fp32 takes float32): the step used when none is named and a
+#: gradient is needed, unless default_step finds a later fit.
 DEFAULT_BACKWARD_STEP = next(reversed(BACKWARD_OPS), None)
 
 #: The dtypes' names as Step.dtypes spells them.

@@ -59,7 +59,9 @@ def test_backward_matches_the_fp64_gradients(step, case, rng):
     dq, dk, dv = step.attention_backward(q, k, v, o, lse, d_o, causal=causal, scale=scale)
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     assert dq.dtype == dk.dtype == dv.dtype == np.float32
-    verdict = flash_steps.check_gradients(q, k, v, d_o, dq, dk, dv, causal=causal, scale=scale)
+    # Judged in the precision the step computed in (its own: attention_backward's default).
+    verdict = flash_steps.check_gradients(q, k, v, d_o, dq, dk, dv, causal=causal, scale=scale,
+                                          dtype=step.precisions[0])
     assert verdict.passed, f"{verdict!r} (FLASH_TEST_SEED={SEED})"
 
 
@@ -149,7 +151,7 @@ def test_deterministic_is_accepted_where_the_step_offers_it(step, rng):
     second = step.attention_backward(q, k, v, o, lse, d_o, causal=True, deterministic=True)
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)  # bitwise the same
-    assert flash_steps.check_gradients(q, k, v, d_o, *first, causal=True)
+    assert flash_steps.check_gradients(q, k, v, d_o, *first, causal=True, dtype=step.precisions[0])
 
 
 @pytest.mark.parametrize("step", FORWARD_ONLY, ids=lambda s: s.name)

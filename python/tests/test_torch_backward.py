@@ -22,6 +22,10 @@ import flash_steps.pytorch as fsp
 _CC = 10 * torch.cuda.get_device_capability()[0] + torch.cuda.get_device_capability()[1] if torch.cuda.is_available() else 0
 GPU_STEPS = [s for s in flash_steps.gpu_steps() if s.compute_capability in (0, _CC)]
 BACKWARD_STEPS = [s for s in GPU_STEPS if s.has_backward]
+# The tests on float32 tensors, judged beside SDPA's float32 gradients; the 16-bit steps (step 25)
+# are judged in their own precision by test_16bit_gradients_pass_the_rule_in_their_precision.
+FP32_BACKWARD_STEPS = [s for s in BACKWARD_STEPS if "float32" in s.dtypes]
+SIXTEEN_BIT_BACKWARD_STEPS = [s for s in BACKWARD_STEPS if "float32" not in s.dtypes]
 FORWARD_ONLY = [s for s in GPU_STEPS if not s.has_backward]
 DEVICE = "cuda"
 
@@ -88,7 +92,7 @@ def assert_gradients_match(q, k, v, d_o, grads, causal, scale, what):
     assert verdict.passed, f"{what}: {verdict!r}"
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_gradients_match_sdpa_and_the_fp64_reference(step, shape):
     b, h, n_q, n_kv, d, causal, scale = shape
@@ -98,7 +102,7 @@ def test_gradients_match_sdpa_and_the_fp64_reference(step, shape):
     assert_gradients_match(q, k, v, d_o, grads, causal, scale, f"{step.name} {shape_id(shape)}")
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 def test_loss_backward_through_a_transposed_layout(step):
     # As an attention layer calls it: [B, N, H, d] projections transposed to [B, H, N, d]
     # (views, copied by the operator), loss.backward() filling .grad of the leaves.
@@ -110,7 +114,8 @@ def test_loss_backward_through_a_transposed_layout(step):
     assert_gradients_match(q, k, v, d_o, grads, True, None, f"{step.name} transposed")
 
 
-@pytest.mark.parametrize("step", [s for s in BACKWARD_STEPS if s.has_deterministic_option], ids=lambda s: s.name)
+@pytest.mark.parametrize("step", [s for s in FP32_BACKWARD_STEPS if s.has_deterministic_option],
+                         ids=lambda s: s.name)
 def test_deterministic_algorithms_give_bitwise_repeatable_gradients(step):
     (q, k, v), d_o = make_inputs(2, 4, 300, 300, 64, seed=2)
     previous = torch.are_deterministic_algorithms_enabled()
@@ -125,7 +130,7 @@ def test_deterministic_algorithms_give_bitwise_repeatable_gradients(step):
     assert_gradients_match(q, k, v, d_o, first, True, None, f"{step.name} deterministic")
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 def test_attention_backward_on_tensors_and_numpy_agree(step):
     # Step.attention_backward on CUDA tensors (launch_backward, no copy) and on NumPy
     # arrays (the backward session) compute the same gradients: deterministic, bitwise.
@@ -140,7 +145,7 @@ def test_attention_backward_on_tensors_and_numpy_agree(step):
     assert flash_steps.check_gradients(*numpy[:3], numpy[5], *on_host, causal=True)
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 def test_launch_backward_refuses_bad_tensors(step):
     (q, k, v), d_o = make_inputs(1, 2, 40, 24, 64, seed=4)
     o, lse = step.attention_forward(q, k, v)
@@ -186,7 +191,7 @@ def test_a_forward_only_operator_refuses_backward(step):
                              q.detach(), *(torch.empty_like(q) for _ in range(3)))
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 def test_opcheck_with_gradients(step):
     # The forward operator with inputs that require grad: its autograd registration, and
     # AOTAutograd tracing forward and backward (the backward operator's fake) with dynamic
@@ -200,6 +205,32 @@ def test_opcheck_with_gradients(step):
     for deterministic in (False, True):
         torch.library.opcheck(fsp.BACKWARD_OPS[step.name],
                               (q.detach(), k.detach(), v.detach(), o, lse, d_o, True, 0.125, deterministic))
+
+
+@pytest.mark.parametrize("step", SIXTEEN_BIT_BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda t: str(t).split(".")[1])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_16bit_gradients_pass_the_rule_in_their_precision(step, dtype, causal):
+    # A 16-bit step's gradients through its operator and autograd, in its dtype, judged by the
+    # C++ tests' gradient rule in that precision (SDPA's float32 gradients are no yardstick for
+    # them); with torch.use_deterministic_algorithms, bitwise the same twice.
+    (q, k, v), d_o = make_inputs(2, 3, 200, 77, 64, seed=8, dtype=dtype)
+    grads, _, _ = step_gradients(step, q, k, v, d_o, causal, None)
+    for g, t in zip(grads, (q, k, v)):
+        assert g.dtype == dtype and g.shape == t.shape and torch.isfinite(g).all()
+    numpy = [t.float().cpu().numpy() for t in (q, k, v, d_o, *grads)]
+    precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    verdict = flash_steps.check_gradients(*numpy, causal=causal, dtype=precision)
+    assert verdict.passed, f"{step.name} {precision} causal={causal}: {verdict!r}"
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        first, _, _ = step_gradients(step, q, k, v, d_o, causal, None)
+        second, _, _ = step_gradients(step, q, k, v, d_o, causal, None)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
 
 
 def record_graphs():
@@ -218,7 +249,7 @@ def record_graphs():
     return aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")), graphs
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 def test_torch_compile_fullgraph_of_a_training_step(step):
     # A training step compiled whole: projections, attention and a loss traced by Dynamo
     # with fullgraph=True; AOTAutograd derives the backward graph, which must call the
@@ -250,7 +281,7 @@ def test_torch_compile_fullgraph_of_a_training_step(step):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 def test_torch_compile_inductor_trains_through_the_step(step):
     # The default backend (Inductor) and dynamic shapes: a few lengths, one compilation each at most.
     torch._dynamo.reset()
@@ -269,7 +300,7 @@ def test_torch_compile_inductor_trains_through_the_step(step):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("step", BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
 def test_cuda_graph_capture_of_forward_and_backward(step):
     # The operators enqueue on the current stream and allocate through PyTorch, so a whole
     # training step (forward, autograd's backward) can be captured and replayed.

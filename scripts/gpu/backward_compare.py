@@ -4,7 +4,7 @@
 Usage: scripts/gpu/backward_compare.py CSV [--python-dir build-gpu/python] [--seq 1024,4096] [--long]
            [--head-dims 64,128] [--steps 24]
 
-For each GPU step with a backward pass (flash_steps.pytorch.BACKWARD_OPS; today step 24, fp32)
+For each GPU step with a backward pass that takes float32 tensors (flash_steps.pytorch.BACKWARD_OPS; today step 24)
 and SDPA forced to EFFICIENT_ATTENTION (xFormers' memory-efficient kernels, the one fused SDPA backend
 that takes fp32), on the same float32 tensors (TF32 off), B = 4, H = 16,
 N_q = N_kv in --seq (--long adds 16384), d in --head-dims, causal off and on. Three calls
@@ -210,7 +210,8 @@ def main(argv=None):
         print(f"backward_compare.py: cannot import flash_steps.pytorch from {args.python_dir} "
               f"({type(e).__name__}: {e}); build the target flash_steps_python, or pass --python-dir", file=sys.stderr)
         return 2
-    steps = [s for s in fsp.BACKWARD_OPS if picked(s, args.steps)]
+    # float32 tensors, as SDPA's EFFICIENT_ATTENTION fp32 backward: the 16-bit steps (step 25) are not timed here.
+    steps = [s for s in fsp.BACKWARD_OPS if picked(s, args.steps) and "float32" in fsp.flash_steps.step(s).dtypes]
     if not steps:
         print(f"backward_compare.py: no backward step's operator in this build{' among --steps ' + args.steps if args.steps else ''}"
               f" (backward operators: {' '.join(fsp.BACKWARD_OPS) or 'none'})", file=sys.stderr)
