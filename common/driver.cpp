@@ -124,7 +124,7 @@ BackwardReport run_backward(const StepInfo& step, const Problem& problem, const 
   report.gradients = session->gradients();
   report.gradients.peak_bytes = std::max(report.gradients.peak_bytes, WorkspaceCounter::peak() - live_before);
   report.nonfinite = count_nonfinite(report.gradients);
-  if (settings.check) report.verdict = check_gradients(problem, d_o, report.gradients, settings.precision);
+  if (settings.check) report.verdict = check_gradients(problem, d_o, report.gradients, settings.precision, &forward.o);
   report.time_ms = time_runs(samples, settings.repeat, settings.time_budget_s, [&] { return session->timed_run_ms(); });
   report.timed_runs = static_cast<int>(samples.size());
   report.kernel_only = session->kernel_only();

@@ -39,7 +39,7 @@ enum class Rounding {
 template <class T>
 void standard_backward(const Problem& p, const std::vector<float>& d_o, std::vector<T>& dq, std::vector<T>& dk,
                        std::vector<T>& dv, Rounding rounding = Rounding::kPlain, Precision low = Precision::fp32,
-                       ReferenceGradients* ref = nullptr) {
+                       ReferenceGradients* ref = nullptr, const std::vector<float>* o_given = nullptr) {
   const Shape& s = p.shape;
   const int64_t d = s.head_dim;
   const T scale = T(p.scale);
@@ -98,11 +98,15 @@ void standard_backward(const Problem& p, const std::vector<float>& d_o, std::vec
       T D_from_o = 0;  // kFromLse: D = dO_i · O_i, with O_i as the forward computed it
       if (rounding == Rounding::kFromLse) {
         std::fill(o_row.begin(), o_row.end(), T(0));
-        for (int64_t j = 0; j < visible; ++j) {
-          const T w = lowered(std::exp(P[j] - m) / l);  // in 16 bits: P rounded before P·V, O after
-          for (int64_t c = 0; c < d; ++c) o_row[c] += w * T(v[j * d + c]);
+        if (o_given) {  // the O a backward was given: a step's own forward's
+          for (int64_t c = 0; c < d; ++c) o_row[c] = T((*o_given)[static_cast<size_t>((bh * s.seq_q + i) * d + c)]);
+        } else {
+          for (int64_t j = 0; j < visible; ++j) {
+            const T w = lowered(std::exp(P[j] - m) / l);  // in 16 bits: P rounded before P·V, O after
+            for (int64_t c = 0; c < d; ++c) o_row[c] += w * T(v[j * d + c]);
+          }
+          for (T& o : o_row) o = lowered(o);
         }
-        for (T& o : o_row) o = lowered(o);
         // Summed in the other order than dP_ij's dot products below, as a kernel's own
         // reduction would: where dP_ij − D_i cancels exactly, it now cancels to rounding.
         for (int64_t c = d - 1; c >= 0; --c) D_from_o += T(g[i * d + c]) * o_row[c];
@@ -168,11 +172,12 @@ double largest(const std::vector<double>& x) {
 }
 
 // check_gradients on inputs already in `precision`.
-GradientVerdict judge(const Problem& problem, const std::vector<float>& d_o, const Gradients& g, Precision precision) {
+GradientVerdict judge(const Problem& problem, const std::vector<float>& d_o, const Gradients& g, Precision precision,
+                      const std::vector<float>* o) {
   const ReferenceGradients ref = reference_backward(problem, d_o);
   GradientVerdict v;
   v.errors = max_errors(g, ref);
-  v.baseline = baseline_gradient_errors(problem, d_o, ref, precision);
+  v.baseline = baseline_gradient_errors(problem, d_o, ref, precision, o);
   v.tolerance = gradient_tolerance_from(v.baseline, ref, precision);
   const int64_t nonfinite = count_nonfinite(g);
   std::ostringstream why;
@@ -223,7 +228,8 @@ GradientErrors max_errors(const Gradients& g, const ReferenceGradients& ref) {
 }
 
 GradientErrors baseline_gradient_errors(const Problem& problem, const std::vector<float>& d_o,
-                                        const ReferenceGradients& ref, Precision precision) {
+                                        const ReferenceGradients& ref, Precision precision,
+                                        const std::vector<float>* o) {
   // In 16 bits the rounding of P, dS and the outputs is hundreds of times fp32's, and the
   // fp32 formulations differ by nothing next to it; but where D_i comes from also matters
   // there: dP_ij − D_i cancels when one key dominates a row (scores of size 10³), exactly
@@ -234,14 +240,19 @@ GradientErrors baseline_gradient_errors(const Problem& problem, const std::vecto
           ? std::vector<Rounding>{Rounding::kPlain, Rounding::kPrescaledQ, Rounding::kFmaExp2, Rounding::kFromLse}
           : std::vector<Rounding>{Rounding::kPlain, Rounding::kFromLse};
   GradientErrors worst;
-  for (Rounding r : formulations) {
+  const auto take = [&](Rounding r, const std::vector<float>* given) {
     Gradients g;
-    standard_backward<float>(problem, d_o, g.dq, g.dk, g.dv, r, precision);
+    standard_backward<float>(problem, d_o, g.dq, g.dk, g.dv, r, precision, nullptr, given);
     const GradientErrors e = max_errors(g, ref);
     worst.dq = std::max(worst.dq, e.dq);
     worst.dk = std::max(worst.dk, e.dk);
     worst.dv = std::max(worst.dv, e.dv);
-  }
+  };
+  for (Rounding r : formulations) take(r, nullptr);
+  // And FlashAttention's formulation on the O the step was given (its own forward's, within
+  // the forward's rule of a 16-bit O): where dP_ij − D_i cancels, D_i's error is O's, which
+  // no backward can undo.
+  if (precision != Precision::fp32 && o != nullptr) take(Rounding::kFromLse, o);
   return worst;
 }
 
@@ -259,10 +270,14 @@ GradientTolerance gradient_tolerance_from(const GradientErrors& baseline, const 
 }
 
 GradientVerdict check_gradients(const Problem& problem, const std::vector<float>& d_o, const Gradients& g,
-                                Precision precision) {
-  if (precision == Precision::fp32) return judge(problem, d_o, g, precision);
+                                Precision precision, const std::vector<float>* o) {
+  if (o != nullptr && static_cast<int64_t>(o->size()) != problem.shape.q_elements()) {
+    throw InputError("O has " + std::to_string(o->size()) + " elements but the shape needs " +
+                     std::to_string(problem.shape.q_elements()));
+  }
+  if (precision == Precision::fp32) return judge(problem, d_o, g, precision, o);
   const Shape& s = problem.shape;
-  return judge(rounded_inputs(problem, precision), rounded_tensor(d_o, precision, s, s.seq_q, "dO"), g, precision);
+  return judge(rounded_inputs(problem, precision), rounded_tensor(d_o, precision, s, s.seq_q, "dO"), g, precision, o);
 }
 
 }  // namespace common

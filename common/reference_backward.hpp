@@ -64,10 +64,14 @@ GradientErrors max_errors(const Gradients& gradients, const ReferenceGradients& 
 /// every P_ij moves with them. In bf16 and fp16 the larger of two: standard_backward_in's
 /// (autograd's, D_i = Σ_j P_ij dP_ij) and FlashAttention's (P_ij from L_i and dP_ij in fp32,
 /// D_i = dO_i · O_i with O_i rounded to 16 bits as a forward returns it), which differ most
-/// at scores of size 10³, where dP_ij − D_i cancels. `problem` and `d_o` must already be
-/// rounded to `precision`.
+/// at scores of size 10³, where dP_ij − D_i cancels. With `o`, the O the step's backward was
+/// given (its own forward's), also FlashAttention's formulation with D_i = dO_i · O_i of that
+/// O: a 16-bit forward's O is allowed twice standard attention's error, and where dP_ij − D_i
+/// cancels that error is D_i's, which no backward can undo. `problem` and `d_o` must already
+/// be rounded to `precision`.
 GradientErrors baseline_gradient_errors(const Problem& problem, const std::vector<float>& d_o,
-                                        const ReferenceGradients& ref, Precision precision);
+                                        const ReferenceGradients& ref, Precision precision,
+                                        const std::vector<float>* o = nullptr);
 
 /// The allowed max error of each gradient.
 using GradientTolerance = GradientErrors;
@@ -100,8 +104,8 @@ struct GradientVerdict {
 
 /// Compares `gradients` with the fp64 reference under the rule above. A step
 /// that computes in bf16 or fp16 is judged on the inputs it computed on: Q, K, V
-/// and dO rounded to `precision`.
+/// and dO rounded to `precision`. `o`: the O its backward was given (see baseline_gradient_errors).
 GradientVerdict check_gradients(const Problem& problem, const std::vector<float>& d_o, const Gradients& gradients,
-                                Precision precision = Precision::fp32);
+                                Precision precision = Precision::fp32, const std::vector<float>* o = nullptr);
 
 }  // namespace common

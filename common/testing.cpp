@@ -201,7 +201,7 @@ void check_gradient_problem(const StepInfo& step, const Problem& problem, const 
   CHECK(g.dq.size() == static_cast<size_t>(problem.shape.q_elements()));
   CHECK(g.dk.size() == static_cast<size_t>(problem.shape.kv_elements()));
   CHECK(g.dv.size() == static_cast<size_t>(problem.shape.kv_elements()));
-  const GradientVerdict v = check_gradients(problem, inputs.d_o, g, options.precision);
+  const GradientVerdict v = check_gradients(problem, inputs.d_o, g, options.precision, &inputs.o);
   CHECK_MESSAGE(v.passed, "backward: " << v.failure);
 }
 
@@ -228,7 +228,7 @@ void check_backward_session(const StepInfo& step, const Problem& problem, int ti
   const std::unique_ptr<BackwardSession> session = open_backward_session(step, problem, inputs, options);
   session->run();
   const Gradients first = session->gradients();
-  const GradientVerdict v = check_gradients(problem, inputs.d_o, first, options.precision);
+  const GradientVerdict v = check_gradients(problem, inputs.d_o, first, options.precision, &inputs.o);
   CHECK_MESSAGE(v.passed, v.failure);
   for (int r = 0; r < timed; ++r) CHECK(session->timed_run_ms() > 0);
   if (!bitwise) return;
