@@ -66,17 +66,22 @@ def _require_torch(version):
 _require_torch(getattr(torch, "__version__", "unknown"))
 
 
+def _body(step, q, k, v, causal, scale):
+    """The operator's body, which the eager path of attention() also calls: contiguous, since
+    DLPack lends no views (a transposed layout is copied, as SDPA copies it); then
+    attention_forward's path for PyTorch tensors: on the current stream (the tensors were made
+    on it, so nothing waits and CUDA graph capture is not disturbed), the step's one-line
+    errors, no scan for NaN, nothing waited for."""
+    return flash_steps._Torch.forward(step, q.contiguous(), k.contiguous(), v.contiguous(), causal, scale)
+
+
 def _register(step):
     """Registers ``step`` as the operator flash_steps::<step.name>; returns it."""
 
     @torch.library.custom_op(f"flash_steps::{step.name}", mutates_args=())
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                 scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        # contiguous: DLPack lends no views (a transposed layout is copied, as SDPA copies it).
-        # Then attention_forward's path for PyTorch tensors: on the current stream (the
-        # tensors were made on it, so nothing waits and CUDA graph capture is not disturbed),
-        # the step's one-line errors, no scan for NaN, nothing waited for.
-        return flash_steps._Torch.forward(step, q.contiguous(), k.contiguous(), v.contiguous(), causal, scale)
+        return _body(step, q, k, v, causal, scale)
 
     @forward.register_fake
     def _(q, k, v, causal, scale):
@@ -278,8 +283,7 @@ def attention(q, k, v, causal=False, scale=None, *, step=None):
         # The operator's own body, without the dispatcher and custom_op's Python around it
         # (35 of the 48 us a launch-bound call cost through the operator on an H100): the same
         # kernel on the same stream, so the call stays capturable in a CUDA graph.
-        return flash_steps._Torch.forward(_eager_step(step, q), q.contiguous(), k.contiguous(), v.contiguous(),
-                                          causal, scale)
+        return _body(_eager_step(step, q), q, k, v, causal, scale)
     training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     # None reaches the step, which takes 1/sqrt(d): no arithmetic on a size that
     # torch.compile may have made symbolic.
