@@ -7,13 +7,17 @@
 ///  2. One block per K/V tile j of one (batch, head): K_j and V_j are loaded once, and
 ///     dK_j, dV_j are accumulated in fp32 registers over every query tile i that can see
 ///     the tile (causal: from the diagonal on), then rounded to 16 bits and written once.
+///     Q_i, dO_i, L_i and D_i come in two stages by cp.async: tile i + 1 lands while tile i
+///     is computed. The K/V tiles of one (batch, head) are neighbours in the grid, so that
+///     the L2 cache serves each Q_i and dO_i once for all of them.
 ///  3. Each warp owns 16 keys, the rows of the mma's C, and computes them transposed:
 ///     S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ = V_j dO_iᵀ; then P_ijᵀ from L_i (no running max) and
 ///     dS_ijᵀ, rounded to 16 bits in registers, are the A operands of dV_j += P_ijᵀ dO_i
 ///     and dK_j += dS_ijᵀ Q_i, as step 14's P̃_ij is the A operand of P̃_ij V_j.
 ///  4. dQ_i's term dS_ij K_j needs dS_ij by queries, which other warps computed: dS_ijᵀ
 ///     goes through shared memory, and the term is added with atomicAdd into an fp32
-///     accumulator (16-bit atomics would round every term); a last kernel rounds
+///     accumulator (16-bit atomics would round every term), 4 neighbouring floats a
+///     reduction on sm_90 (a float4: a quarter of the requests); a last kernel rounds
 ///     scale · dQ into the 16-bit dQ. `--deterministic` computes dQ in a second kernel
 ///     instead, one block per query tile summing its K/V tiles in order.
 ///
@@ -40,6 +44,7 @@ namespace {
 constexpr int kWarpSize = 32;
 constexpr int kWarps = 8;  // warps per block: 16 keys of K_j each
 constexpr int kBackwardThreads = kWarps * kWarpSize;
+constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i: tile i + 1 lands while tile i is computed
 constexpr int kPad = 8;  // ld = d + 8: the 8 rows one ldmatrix matrix reads start in different banks
 // A warp is 8 × 4 lanes, the mma's C layout: lane = row_lane · 4 + col_lane (fragments.hpp).
 // A thread owns 2 rows of its warp's 16-row tile: row_lane and row_lane + 8 (kRows).
@@ -53,27 +58,31 @@ constexpr int kBlocksPerSm = 1;
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;  // as the forward: one instantiation each
 
 //! [tiles]
-/// The backward's tiles for head dimension d: B_c = 8 warps · 16 keys a block, B_r queries an
-/// iteration. A thread holds 2 rows × B_r/4 columns of S_ijᵀ and of dP_ijᵀ and 2 rows × d/4
-/// of dK_j and of dV_j in fp32 registers: B_r + d = 160 at d = 96 (B_r = 64) and at
-/// d = 128 (B_r = 32). dQ_i's term, B_r × d, is split over the 8 warps: 16 rows and
+/// The backward's tiles for head dimension d: B_c = 8 warps · 16 keys a block; B_r queries an
+/// iteration (128 where d <= 64, else 64: two stages of Q_i and dO_i fit in shared memory),
+/// in passes of B_p. A thread holds 2 rows × B_p/4 columns of S_ijᵀ and of dP_ijᵀ and
+/// 2 rows × d/4 of dK_j and of dV_j in fp32 registers: B_p + d = 160 at d = 96 (B_p = 64)
+/// and at d = 128 (B_p = 32). dQ_i's term, B_r × d, is split over the 8 warps: 16 rows and
 /// kDqCols columns each.
 template <int d>
 struct BackwardTiles {
   static constexpr int Bc = kWarps * kKeysPerWarp;  // keys: 128
-  static constexpr int Br = d <= 96 ? 64 : 32;  // queries: as many as the registers hold beside dK_j, dV_j
-  static constexpr int kSCols = Br / kColLanes;  // columns of S_ijᵀ, dP_ijᵀ a thread owns in each row
+  static constexpr int Br = d <= 64 ? 128 : 64;  // queries of Q_i: one load, two barriers, one dQ_i term
+  /// S_ijᵀ and dP_ijᵀ are computed in passes of B_p queries: as many as the registers hold
+  /// beside dK_j and dV_j.
+  static constexpr int Bp = d <= 96 ? 64 : 32;
+  static constexpr int kSCols = Bp / kColLanes;  // columns of S_ijᵀ, dP_ijᵀ a thread owns in each row
   static constexpr int kDCols = d / kColLanes;  // columns of dK_j, dV_j a thread owns in each row
   static constexpr int kQueryTiles = Br / 16;  // 16-row tiles of dQ_i's term
   static constexpr int kDqCols = d * kQueryTiles / kWarps;  // columns of dQ_i's term a warp computes
   static constexpr int ld = d + kPad;  // row stride of K_j, V_j, Q_i, dO_i in shared memory
   static constexpr int ld_s = Br + kPad;  // row stride of dS_ijᵀ
-  /// Shared memory: K_j, V_j (B_c, ld); Q_i, dO_i (B_r, ld); dS_ijᵀ (B_c, ld_s), 2 bytes an
-  /// element; L_i, D_i (B_r), fp32.
-  static constexpr size_t smem_bytes =
-      (size_t(2) * Bc * ld + size_t(2) * Br * ld + size_t(Bc) * ld_s) * 2 + size_t(2) * Br * 4;
+  /// One stage: Q_i, dO_i (B_r, ld), 2 bytes an element, then L_i, D_i (B_r), fp32.
+  static constexpr size_t stage_bytes = size_t(2) * Br * ld * 2 + size_t(2) * Br * 4;
+  /// Shared memory: K_j, V_j (B_c, ld) and dS_ijᵀ (B_c, ld_s), 2 bytes an element; kStages stages.
+  static constexpr size_t smem_bytes = (size_t(2) * Bc * ld + size_t(Bc) * ld_s) * 2 + kStages * stage_bytes;
   static_assert(kRows * (2 * kSCols + 2 * kDCols) <= kAccumulatorRegisters, "S_ijᵀ, dP_ijᵀ, dK_j and dV_j spill");
-  static_assert(d % 16 == 0 && Br % 16 == 0, "mma tiles of k = 16 along d and along the queries");
+  static_assert(d % 16 == 0 && Bp % 16 == 0 && Br % Bp == 0, "mma tiles of k = 16 along d and along the queries");
   static_assert(kWarps % kQueryTiles == 0 && kDqCols % 16 == 0, "dQ_i's term: whole 16 × 16 tiles a warp");
 };
 //! [tiles]
@@ -133,8 +142,8 @@ __device__ void scores_transposed(float (&S)[kRows][BackwardTiles<d>::kSCols],
   }
 }
 
-/// C(16 keys × d) += Aᵀ B over the B_r queries: A the warp's 16-bit A fragments of P_ijᵀ or
-/// dS_ijᵀ (one per 16 queries), B (B_r, ld) row-major in shared memory, read by ldmatrix
+/// C(16 keys × d) += Aᵀ B over the B_p queries of a pass: A the warp's 16-bit A fragments of
+/// P_ijᵀ or dS_ijᵀ (one per 16 queries), B (B_p, ld) row-major in shared memory, read by ldmatrix
 /// .trans as step 14 reads V_j. dV_j += P_ijᵀ dO_i, dK_j += dS_ijᵀ Q_i.
 template <class T, int d>
 __device__ void fragments_times_rows(float (&C)[kRows][BackwardTiles<d>::kDCols],
@@ -142,7 +151,7 @@ __device__ void fragments_times_rows(float (&C)[kRows][BackwardTiles<d>::kDCols]
   using Bt = BackwardTiles<d>;
   const RowCol at = common::mma::ldmatrix_x4_address(threadIdx.x % kWarpSize);
 #pragma unroll
-  for (int c = 0; c < Bt::Br; c += 16) {  // queries c … c + 15: the k of these mmas
+  for (int c = 0; c < Bt::Bp; c += 16) {  // queries c … c + 15 of the pass: the k of these mmas
 #pragma unroll
     for (int n = 0; n < Bt::kDCols; n += 4) {  // columns 4n … 4n + 15 of d
       uint32_t b[4];
@@ -180,7 +189,8 @@ __device__ void ds_times_keys(float (&C)[kRows][BackwardTiles<d>::kDqCols / kCol
 //! [products]
 
 //! [P and dS]
-/// Lines 10–14 for one (i, j), transposed, for this warp's 16 keys: P_ijᵀ = 2^((scale · S_ijᵀ
+/// Lines 10–14 for one (i, j), transposed, for this warp's 16 keys and the B_p queries
+/// p … p + B_p − 1 of Q_i (one pass): P_ijᵀ = 2^((scale · S_ijᵀ
 /// − L_i) · log2 e), masked to 0 past N_q, past N_kv and above the causal diagonal;
 /// dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i). Both rounded to T as A fragments (P16, dS16: 16 queries
 /// each, the pairs of step 14's P̃_ij), and dS_ijᵀ stored into shared memory for dQ_i. Any sign
@@ -189,18 +199,18 @@ __device__ void ds_times_keys(float (&C)[kRows][BackwardTiles<d>::kDqCols / kCol
 template <class T, int d>
 __device__ void p_and_ds(uint32_t (&P16)[BackwardTiles<d>::kSCols / 4][4],
                          uint32_t (&dS16)[BackwardTiles<d>::kSCols / 4][4], const T* Kj, const T* Vj, const T* Qi,
-                         const T* dOi, const float* Li, const float* Di, T* dSt, int q0, int kv0, int n_q, int n_kv,
-                         float scale, bool causal) {
+                         const T* dOi, const float* Li, const float* Di, T* dSt, int p, int q0, int kv0, int n_q,
+                         int n_kv, float scale, bool causal) {
   using Bt = BackwardTiles<d>;
   float S[kRows][Bt::kSCols], dP[kRows][Bt::kSCols];
-  scores_transposed<T, d>(S, dP, Kj, Vj, Qi, dOi);
+  scores_transposed<T, d>(S, dP, Kj, Vj, Qi + p * Bt::ld, dOi + p * Bt::ld);
   const int warp = threadIdx.x / kWarpSize, row_lane = (threadIdx.x % kWarpSize) / kColLanes;
   const auto key = [&](int t) { return warp * kKeysPerWarp + 8 * t + row_lane; };  // row t's key in K_j
   // Only a tile that crosses the end of Q or K, or the causal diagonal, hides anything.
   const bool masked = q0 + Bt::Br > n_q || kv0 + Bt::Bc > n_kv || (causal && kv0 + Bt::Bc - 1 > q0);
 #pragma unroll
   for (int n = 0; n < Bt::kSCols; ++n) {
-    const int q = col(n);  // this column's query in Q_i
+    const int q = p + col(n);  // this column's query in Q_i
     const float L = Li[q], D = Di[q];
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
@@ -229,11 +239,37 @@ __device__ void p_and_ds(uint32_t (&P16)[BackwardTiles<d>::kSCols / 4][4],
     dS16[m][3] = common::cuda::pack2<T>(dP[1][n0 + 2], dP[1][n0 + 3]);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {  // register r: row 8 · (r % 2) + row_lane, columns col(n0 + 2 · (r / 2)) and + 1
-      *reinterpret_cast<uint32_t*>(dSt + key(r % 2) * Bt::ld_s + col(n0 + 2 * (r / 2))) = dS16[m][r];
+      *reinterpret_cast<uint32_t*>(dSt + key(r % 2) * Bt::ld_s + p + col(n0 + 2 * (r / 2))) = dS16[m][r];
     }
   }
 }
 //! [P and dS]
+
+/// row[col(n)] += C[n] for a thread's kN columns of one row of a C tile (the row's other
+/// columns are its 3 neighbours' in the quad), each addition whole, whatever the other blocks
+/// add at the same time. sm_90 adds 4 neighbouring floats in one vector reduction into the L2
+/// cache: two lanes of a quad swap a pair, so that the even one holds columns 8g + 2c … + 3
+/// and the odd one 8(g + 1) + 2(c − 1) … + 3. Before sm_90, one reduction a float. Every lane
+/// of the warp calls it (the swap is a shuffle); only those with `inside` add.
+template <int kN>
+__device__ void add_row(float* row, const float (&C)[kN], bool inside) {
+  static_assert(kN % 4 == 0, "pairs of 8-column groups");
+#pragma unroll
+  for (int n = 0; n < kN; n += 4) {  // 8-column groups n/2 and n/2 + 1: pairs n, n + 1 and n + 2, n + 3
+#if __CUDA_ARCH__ >= 900
+    const bool odd = threadIdx.x % 2;
+    const float give0 = odd ? C[n] : C[n + 2], give1 = odd ? C[n + 1] : C[n + 3];
+    const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+    const float4 four = odd ? make_float4(got0, got1, C[n + 2], C[n + 3]) : make_float4(C[n], C[n + 1], got0, got1);
+    if (inside) atomicAdd(reinterpret_cast<float4*>(row + col(n) + (odd ? 6 : 0)), four);
+#else
+    if (inside) {
+#pragma unroll
+      for (int m = n; m < n + 4; ++m) atomicAdd(row + col(m), C[m]);
+    }
+#endif
+  }
+}
 
 /// D = rowsum(dO ∘ O): one warp per row of the B·H·N_q rows, fp32 sums of the 16-bit elements.
 template <class T, int d>
@@ -248,14 +284,35 @@ __global__ void __launch_bounds__(kBackwardThreads)
   if (lane == 0) D[row] = sum;
 }
 
-/// Loads L_i and D_i (B_r each; 0 past N_q, where P_ij is masked anyway).
+/// Starts loading L_i and D_i by cp.async (B_r each; 0 past N_q, where P_ij is masked anyway).
 template <int d>
 __device__ void load_row_stats(float* Li, float* Di, const float* L, const float* D, int q0, int n_q) {
   for (int r = threadIdx.x; r < BackwardTiles<d>::Br; r += kBackwardThreads) {
-    Li[r] = q0 + r < n_q ? L[q0 + r] : 0.0f;
-    Di[r] = q0 + r < n_q ? D[q0 + r] : 0.0f;
+    const bool inside = q0 + r < n_q;
+    common::cuda::cp_async_4(Li + r, L + (inside ? q0 + r : 0), inside);
+    common::cuda::cp_async_4(Di + r, D + (inside ? q0 + r : 0), inside);
   }
 }
+
+/// A stage of the ring in shared memory: Q_i, dO_i (B_r, ld) and L_i, D_i (B_r).
+template <class T, int d>
+struct QueryTile {
+  T *Qi, *dOi;
+  float *Li, *Di;
+  __device__ QueryTile(unsigned char* at) {
+    using Bt = BackwardTiles<d>;
+    Qi = reinterpret_cast<T*>(at);
+    dOi = Qi + Bt::Br * Bt::ld;
+    Li = reinterpret_cast<float*>(dOi + Bt::Br * Bt::ld);
+    Di = Li + Bt::Br;
+  }
+  /// Starts loading query tile i (rows q0 …) of one (batch, head) into this stage.
+  __device__ void load(const T* Q, const T* dO, const float* L, const float* D, int q0, int n_q) const {
+    load_rows<d>(Qi, Q, q0, BackwardTiles<d>::Br, n_q);
+    load_rows<d>(dOi, dO, q0, BackwardTiles<d>::Br, n_q);
+    load_row_stats<d>(Li, Di, L, D, q0, n_q);
+  }
+};
 
 /// Algorithm 2 for one K/V tile of one (batch, head) per block: dK_j, dV_j in fp32
 /// registers over the query tiles, dQ_i's terms added into the fp32 dQ_acc (unless
@@ -270,8 +327,11 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
   using Bt = BackwardTiles<d>;
   constexpr int Bc = Bt::Bc, Br = Bt::Br, ld = Bt::ld;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, row_lane = lane / kColLanes;
-  const size_t bh = blockIdx.x % batch_heads;
-  const int j = int(blockIdx.x) / batch_heads, kv0 = j * Bc;  // this block's K/V tile
+  // The K/V tiles of one (batch, head) are neighbours in the grid: they run together and
+  // read the same Q_i, dO_i, which the L2 cache then serves once for all of them.
+  const int Tc = (n_kv + Bc - 1) / Bc;
+  const size_t bh = blockIdx.x / Tc;
+  const int j = int(blockIdx.x) % Tc, kv0 = j * Bc;  // this block's K/V tile
   const auto Q = Q_all + bh * n_q * d;  // Q, dO, dQ: (N_q, d); K, V, dK, dV: (N_kv, d); L, D: (N_q)
   const auto dO = dO_all + bh * n_q * d;
   const auto K = K_all + bh * n_kv * d;
@@ -283,36 +343,41 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
   extern __shared__ __align__(16) unsigned char smem_bytes[];  // the block's dynamic shared memory
   T* Kj = reinterpret_cast<T*>(smem_bytes);  // K_j: (B_c, d), row stride ld
   T* Vj = Kj + Bc * ld;  // V_j: (B_c, d)
-  T* Qi = Vj + Bc * ld;  // Q_i: (B_r, d)
-  T* dOi = Qi + Br * ld;  // dO_i: (B_r, d)
-  T* dSt = dOi + Br * ld;  // dS_ijᵀ: (B_c, B_r), row stride ld_s
-  float* Li = reinterpret_cast<float*>(dSt + Bc * Bt::ld_s);  // L_i: (B_r)
-  float* Di = Li + Br;  // D_i: (B_r)
+  T* dSt = Vj + Bc * ld;  // dS_ijᵀ: (B_c, B_r), row stride ld_s
+  unsigned char* stages = reinterpret_cast<unsigned char*>(dSt + Bc * Bt::ld_s);  // kStages × QueryTile
 
   // Line 7: dK_j, dV_j = 0: rows row_lane + 8t of the warp's 16 keys, columns col(n), fp32.
   float dKj[kRows][Bt::kDCols] = {}, dVj[kRows][Bt::kDCols] = {};
 
-  // Line 6: load K_j, V_j once.
+  // Line 6: load K_j, V_j once, in one group of copies with the first query tile.
   load_rows<d>(Kj, K, kv0, Bc, n_kv);
   load_rows<d>(Vj, V, kv0, Bc, n_kv);
   // Causal: query tiles that end before kv0 see none of this tile's keys.
   const int Tr = (n_q + Br - 1) / Br, i_first = causal ? kv0 / Br : 0;
+  if (i_first < Tr) QueryTile<T, d>(stages).load(Q, dO, L, D, i_first * Br, n_q);
+  common::cuda::cp_async_commit();
   for (int i = i_first; i < Tr; ++i) {  // line 8: query tiles
     const int q0 = i * Br;
-    // Line 9: load Q_i, dO_i, L_i, D_i.
-    load_rows<d>(Qi, Q, q0, Br, n_q);
-    load_rows<d>(dOi, dO, q0, Br, n_q);
-    common::cuda::cp_async_commit();
-    load_row_stats<d>(Li, Di, L, D, q0, n_q);
-    common::cuda::cp_async_wait<0>();
-    __syncthreads();  // every thread's copies have landed
+    const QueryTile<T, d> tile(stages + ((i - i_first) % kStages) * Bt::stage_bytes);
+    // Line 9: load Q_i, dO_i, L_i, D_i — tile i + 1's copies start now, into the other stage,
+    // whose tile i − 1 every warp finished before the barrier that ended its products.
+    if (i + 1 < Tr)
+      QueryTile<T, d>(stages + ((i + 1 - i_first) % kStages) * Bt::stage_bytes).load(Q, dO, L, D, q0 + Br, n_q);
+    common::cuda::cp_async_commit();  // an empty group past the last tile: the wait below counts groups
+    common::cuda::cp_async_wait<1>();  // tile i's group has landed, for this thread
+    __syncthreads();  // … and for every thread; every warp is also done with dS_(i−1)jᵀ
 
-    uint32_t P16[Bt::kSCols / 4][4], dS16[Bt::kSCols / 4][4];  // P_ijᵀ, dS_ijᵀ: 16-bit A fragments
-    p_and_ds<T, d>(P16, dS16, Kj, Vj, Qi, dOi, Li, Di, dSt, q0, kv0, n_q, n_kv, scale, causal);
-    fragments_times_rows<T, d>(dVj, P16, dOi);  // line 12: dV_j += P_ijᵀ dO_i
-    fragments_times_rows<T, d>(dKj, dS16, Qi);  // line 16: dK_j += dS_ijᵀ Q_i (scaled once, at the end)
+#pragma unroll
+    for (int p = 0; p < Br; p += Bt::Bp) {  // the queries of Q_i in passes of B_p
+      uint32_t P16[Bt::kSCols / 4][4], dS16[Bt::kSCols / 4][4];  // P_ijᵀ, dS_ijᵀ: 16-bit A fragments
+      p_and_ds<T, d>(P16, dS16, Kj, Vj, tile.Qi, tile.dOi, tile.Li, tile.Di, dSt, p, q0, kv0, n_q, n_kv, scale, causal);
+      fragments_times_rows<T, d>(dVj, P16, tile.dOi + p * ld);  // line 12: dV_j += P_ijᵀ dO_i
+      fragments_times_rows<T, d>(dKj, dS16, tile.Qi + p * ld);  // line 16: dK_j += dS_ijᵀ Q_i (scaled at the end)
+    }
+    // dS_ijᵀ is complete: each warp reads the other warps' keys; and every warp is done with
+    // this stage, which the next iteration's copies refill.
+    __syncthreads();
     if (with_dq) {
-      __syncthreads();  // dS_ijᵀ is complete: each warp reads the other warps' keys
       // Line 15: dQ_i += scale · dS_ij K_j. Every block of this head adds to dQ_i at the
       // same time: atomicAdd makes each addition whole, in an order set by timing; the
       // scale is applied once, when dQ is rounded to 16 bits.
@@ -322,12 +387,9 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
 #pragma unroll
       for (int t = 0; t < kRows; ++t) {
         const int q = q0 + q_first + 8 * t + row_lane;
-        if (q >= n_q) continue;
-#pragma unroll
-        for (int n = 0; n < Bt::kDqCols / kColLanes; ++n) atomicAdd(dQ + size_t(q) * d + c_first + col(n), dQi[t][n]);
+        add_row(dQ + size_t(q) * d + c_first, dQi[t], q < n_q);
       }
     }
-    __syncthreads();  // the next iteration overwrites Q_i, dO_i, L_i, D_i and dS_ijᵀ
   }
   // Line 18: write dK_j, dV_j once, rounded to T: two neighbouring columns in one 4-byte store.
 #pragma unroll
@@ -364,20 +426,16 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
   using Bt = BackwardTiles<d>;
   constexpr int Bc = Bt::Bc, Br = Bt::Br, ld = Bt::ld;
   const int warp = threadIdx.x / kWarpSize, row_lane = (threadIdx.x % kWarpSize) / kColLanes;
-  const size_t bh = blockIdx.x % batch_heads;
-  const int i = int(blockIdx.x) / batch_heads, q0 = i * Br;  // this block's query tile
+  const int Tr = (n_q + Br - 1) / Br;  // the query tiles of one (batch, head) are neighbours, as above
+  const size_t bh = blockIdx.x / Tr;
+  const int i = int(blockIdx.x) % Tr, q0 = i * Br;  // this block's query tile
   extern __shared__ __align__(16) unsigned char smem_bytes[];
-  T* Kj = reinterpret_cast<T*>(smem_bytes);
+  T* Kj = reinterpret_cast<T*>(smem_bytes);  // the main kernel's layout, one stage
   T* Vj = Kj + Bc * ld;
-  T* Qi = Vj + Bc * ld;
-  T* dOi = Qi + Br * ld;
-  T* dSt = dOi + Br * ld;
-  float* Li = reinterpret_cast<float*>(dSt + Bc * Bt::ld_s);
-  float* Di = Li + Br;
+  T* dSt = Vj + Bc * ld;
+  const QueryTile<T, d> tile(reinterpret_cast<unsigned char*>(dSt + Bc * Bt::ld_s));
 
-  load_rows<d>(Qi, Q_all + bh * n_q * d, q0, Br, n_q);
-  load_rows<d>(dOi, dO_all + bh * n_q * d, q0, Br, n_q);
-  load_row_stats<d>(Li, Di, L_all + bh * n_q, D_all + bh * n_q, q0, n_q);
+  tile.load(Q_all + bh * n_q * d, dO_all + bh * n_q * d, L_all + bh * n_q, D_all + bh * n_q, q0, n_q);
   float dQi[kRows][Bt::kDqCols / kColLanes] = {};
   const int Tc = ((causal ? min(n_kv, q0 + Br) : n_kv) + Bc - 1) / Bc;  // causal: up to the diagonal
   for (int j = 0; j < Tc; ++j) {
@@ -387,8 +445,11 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
     common::cuda::cp_async_commit();
     common::cuda::cp_async_wait<0>();
     __syncthreads();
-    uint32_t P16[Bt::kSCols / 4][4], dS16[Bt::kSCols / 4][4];  // P16 unused here: the compiler drops it
-    p_and_ds<T, d>(P16, dS16, Kj, Vj, Qi, dOi, Li, Di, dSt, q0, kv0, n_q, n_kv, scale, causal);
+#pragma unroll
+    for (int p = 0; p < Br; p += Bt::Bp) {
+      uint32_t P16[Bt::kSCols / 4][4], dS16[Bt::kSCols / 4][4];  // P16 unused here: the compiler drops it
+      p_and_ds<T, d>(P16, dS16, Kj, Vj, tile.Qi, tile.dOi, tile.Li, tile.Di, dSt, p, q0, kv0, n_q, n_kv, scale, causal);
+    }
     __syncthreads();
     ds_times_keys<T, d>(dQi, dSt, Kj);  // the tiles in order: the same sum every run
     __syncthreads();
@@ -455,8 +516,9 @@ void launch_backward(const common::DeviceBackwardArgs& a) {
 template <int d>
 common::Figures backward_resources() {
   using Bt = BackwardTiles<d>;
-  common::Figures figures = common::cuda::kernel_resources(backward_kernel<__nv_bfloat16, d>, kBackwardThreads,
-                                                           Bt::smem_bytes, {{"B_c", Bt::Bc}, {"B_r", Bt::Br}});
+  common::Figures figures =
+      common::cuda::kernel_resources(backward_kernel<__nv_bfloat16, d>, kBackwardThreads, Bt::smem_bytes,
+                                     {{"B_c", Bt::Bc}, {"B_r", Bt::Br}, {"B_p", Bt::Bp}});
   cudaFuncAttributes dq{};
   CUDA_CHECK(cudaFuncGetAttributes(&dq, dq_kernel<__nv_bfloat16, d>));
   figures.push_back({"dq_kernel_registers", double(dq.numRegs)});

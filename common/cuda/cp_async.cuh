@@ -16,6 +16,13 @@ __device__ inline void cp_async_16(void* shared, const void* global, bool inside
                : "memory");
 }
 
+/// Copies 4 bytes global → shared in the background (`.ca`, the variant that takes fewer
+/// than 16 bytes); with `inside` false it writes 4 zero bytes and reads nothing.
+__device__ inline void cp_async_4(void* shared, const void* global, bool inside) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(global), "r"(inside ? 4 : 0) : "memory");
+}
+
 /// Closes the group of copies this thread issued so far.
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
