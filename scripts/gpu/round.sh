@@ -39,11 +39,12 @@
 # steps the same way: build-gpu/bin/gpu_bench --sections backward (their kernels: forward, backward
 # with dQ by atomics and deterministic, B=4, H=16, N 1024 and 4096, d 64 and 128, causal and not)
 # into docs/results/current/gpu_backward_<GPU>_<date>.csv, then scripts/gpu/backward_compare.py
-# (their torch operators beside SDPA's EFFICIENT_ATTENTION backward, fp32, in one process; the
-# same shapes, and N = 16384 too with FLASH_BACKWARD_LONG=1) into
-# docs/results/current/backward_compare_<GPU>_<date>.csv (each _run2, _run3, ... when the name is
-# taken): the step pages' "backward" tables.
-# About 2 + 2 minutes on an H100 (4 more with FLASH_BACKWARD_LONG=1); it needs the targets
+# (their torch operators beside SDPA's EFFICIENT_ATTENTION backward in fp32, and beside its FLASH
+# and CUDNN backward in bf16, in one process each; the same shapes, and N = 16384 too with
+# FLASH_BACKWARD_LONG=1) into docs/results/current/backward_compare_<GPU>_<date>.csv and
+# backward_compare_bf16_<GPU>_<date>.csv (each _run2, _run3, ... when the name is taken): the step
+# pages' "backward" tables.
+# About 2 + 2 + 3 minutes on an H100 (twice that with FLASH_BACKWARD_LONG=1); it needs the targets
 # gpu_bench and flash_steps_python.
 # FLASH_BUILD_TARGETS: build only these targets (e.g. for the perf phase alone:
 # "gpu_bench flash_steps_python" and the step programs, which check_pytorch.py asks which
@@ -159,13 +160,21 @@ if want backward; then
     fail "backward: gpu_bench" "$out/backward_gpu_bench.txt"
   awk -v commit="$commit" 'NR == 1 { print $0 ",commit"; next } { print $0 "," commit }' "$out/gpu_backward.csv" >"$backward_csv"
   note "backward: kernels" "$(($(grep -c '' "$backward_csv") - 1)) rows in $backward_csv ($((SECONDS - start)) s)"
-  echo "== backward 2/2: backward_compare.py, the torch operators beside SDPA's EFFICIENT_ATTENTION backward"
-  start=$SECONDS
   long=()
   [[ ${FLASH_BACKWARD_LONG:-0} == 1 ]] && long=(--long)
+  echo "== backward 2/3: backward_compare.py, the fp32 torch operators beside SDPA's EFFICIENT_ATTENTION backward"
+  start=$SECONDS
   "${FLASH_PYTHON:-python3}" scripts/gpu/backward_compare.py "$compare_csv" --python-dir "$build/python" \
     "${long[@]}" >"$out/backward_compare.txt" 2>&1 || fail "backward: backward_compare.py" "$out/backward_compare.txt"
-  note "backward: operators" "$(($(grep -c '' "$compare_csv") - 1)) rows in $compare_csv ($((SECONDS - start)) s)"
+  note "backward: fp32 operators" "$(($(grep -c '' "$compare_csv") - 1)) rows in $compare_csv ($((SECONDS - start)) s)"
+  echo "== backward 3/3: backward_compare.py --dtype bf16, the 16-bit operators beside SDPA's FLASH and CUDNN backward"
+  start=$SECONDS
+  compare_bf16_csv=$(unused_name "$results/backward_compare_bf16_${gpu_tag}_${day}" csv)
+  "${FLASH_PYTHON:-python3}" scripts/gpu/backward_compare.py "$compare_bf16_csv" --dtype bf16 \
+    --python-dir "$build/python" "${long[@]}" >"$out/backward_compare_bf16.txt" 2>&1 ||
+    fail "backward: backward_compare.py --dtype bf16" "$out/backward_compare_bf16.txt"
+  note "backward: bf16 operators" \
+    "$(($(grep -c '' "$compare_bf16_csv") - 1)) rows in $compare_bf16_csv ($((SECONDS - start)) s)"
 fi
 
 if want resources; then
