@@ -148,7 +148,7 @@ void cublas_standard_attention(const common::DeviceArgs& a) {
 common::StepInfo cublas_step() {
   common::GpuKernel kernel;
   kernel.launch = cublas_standard_attention;
-  kernel.workspace_bytes = [](const common::Shape& s) { return 4 * heads_per_group(s) * s.seq_q * s.seq_kv; };
+  kernel.workspace_bytes = [](const common::Shape& s, bool) { return 4 * heads_per_group(s) * s.seq_q * s.seq_kv; };
   return common::cuda::gpu_step("cublas_standard", "standard attention with cuBLAS SGEMM and a softmax kernel", {},
                                 kernel);
 }
@@ -319,7 +319,7 @@ std::vector<Row> measure(const Entry& entry, const common::Problem& problem, com
                          common::Result& out) {
   const common::GpuKernel& kernel = *entry.step.gpu;
   const common::Shape& shape = problem.shape;
-  const int64_t workspace_bytes = kernel.workspace_bytes ? kernel.workspace_bytes(shape) : 0;
+  const int64_t workspace_bytes = kernel.workspace_bytes ? kernel.workspace_bytes(shape, problem.causal) : 0;
   common::cuda::DeviceProblem dev(problem, workspace_bytes, entry.step.name, precision);
   common::cuda::DeviceBuffer<char> workspace(size_t(std::max<int64_t>(workspace_bytes, 0)));
   SustainedTimer timer;
@@ -367,7 +367,7 @@ std::vector<Row> measure_backward(const common::StepInfo& step, const common::Pr
   const common::GpuKernel& kernel = *step.gpu;
   const common::Shape& s = problem.shape;
   const common::Precision precision = step.precisions.front();
-  const int64_t forward_workspace = kernel.workspace_bytes ? kernel.workspace_bytes(s) : 0;
+  const int64_t forward_workspace = kernel.workspace_bytes ? kernel.workspace_bytes(s, problem.causal) : 0;
   common::cuda::DeviceProblem dev(problem, forward_workspace, step.name, precision);
   common::cuda::DeviceBuffer<char> workspace(size_t(std::max<int64_t>(forward_workspace, 0)));
   SustainedTimer timer;

@@ -57,7 +57,7 @@ struct DeviceArgs {
   const void* v = nullptr;  ///< V: (B, H, N_kv, d)
   void* o = nullptr;  ///< O: (B, H, N_q, d), written by the kernel
   float* lse = nullptr;  ///< L: (B, H, N_q), fp32, written by the kernel
-  void* workspace = nullptr;  ///< GpuKernel::workspace_bytes(shape) bytes of device memory, or nullptr
+  void* workspace = nullptr;  ///< GpuKernel::workspace_bytes(shape, causal) bytes of device memory, or nullptr
   void* stream = nullptr;  ///< the cudaStream_t to launch on (nullptr: the default stream)
 
   /// `q` as the element type a kernel reads, e.g. `args.q_as<float>()`.
@@ -90,9 +90,10 @@ struct GpuKernel {
   /// Enqueues the forward pass on `args.stream` and checks the launch (it does
   /// not wait for the kernel). Throws InputError for a d it was not compiled for.
   std::function<void(const DeviceArgs& args)> launch;
-  /// Bytes of global working memory the launch needs (`args.workspace`), e.g.
-  /// step 4's l and m arrays; empty = none.
-  std::function<int64_t(const Shape& shape)> workspace_bytes;
+  /// Bytes of global working memory a launch with that shape and mask needs
+  /// (`args.workspace`), e.g. step 4's l and m arrays, step 22's counter of claimed
+  /// tiles (causal only); empty = none ever.
+  std::function<int64_t(const Shape& shape, bool causal)> workspace_bytes;
   /// The kernel's tiles and resources for head dimension d: B_r, B_c, shared
   /// memory, registers, local (spill) bytes, blocks per SM.
   std::function<Figures(int64_t head_dim)> resources;

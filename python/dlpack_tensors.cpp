@@ -348,7 +348,7 @@ void launch(const common::StepInfo& step, py::handle q, py::handle k, py::handle
   args.lse = static_cast<float*>(out_lse.data());
   args.stream = reinterpret_cast<void*>(static_cast<intptr_t>(dl_stream));  // 1 = cudaStreamLegacy
 
-  const int64_t needed = step.gpu->workspace_bytes ? step.gpu->workspace_bytes(shape) : 0;
+  const int64_t needed = step.gpu->workspace_bytes ? step.gpu->workspace_bytes(shape, causal) : 0;
   const std::optional<Borrowed> scratch = borrow_workspace(workspace, needed, "Step.workspace_bytes", in.q.device(),
                                                            dl_stream, {&in.q, &in.k, &in.v, &out_o, &out_lse}, step);
   if (scratch) args.workspace = scratch->data();

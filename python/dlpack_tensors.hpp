@@ -51,7 +51,7 @@ int device_of(py::handle q);
 /// for `stream` by its framework (taken as it is: its producer's work must already be
 /// ordered before `stream`'s, as it is for PyTorch tensors on the current stream).
 /// `o` is [B, H, N_q, d] of Q's dtype, `lse` float32 [B, H, N_q], `workspace` at least
-/// step.gpu->workspace_bytes(shape) bytes (None when that is 0), all on Q's
+/// step.gpu->workspace_bytes(shape, causal) bytes (None when that is 0), all on Q's
 /// device, contiguous and sharing no memory with Q, K, V or each other. The
 /// kernel is enqueued on `stream` and not waited for. With `check_finite`, Q, K
 /// and V are first checked for NaN and infinity on the device (one small kernel

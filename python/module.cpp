@@ -361,13 +361,15 @@ PYBIND11_MODULE(_native, m) {
           "bytes of device memory launch_backward() needs as `workspace` (0: none)")
       .def_property_readonly(
           "needs_workspace", [](const common::StepInfo& s) { return s.gpu && s.gpu->workspace_bytes != nullptr; },
-          "launch() needs device memory besides O and L (workspace_bytes(shape) says how much)")
+          "launch() may need device memory besides O and L (workspace_bytes(shape, causal) says how much)")
       .def(
           "workspace_bytes",
-          [](const common::StepInfo& s, const common::Shape& shape) -> int64_t {
-            return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape) : 0;
+          [](const common::StepInfo& s, const common::Shape& shape, py::handle causal) -> int64_t {
+            const bool masked = flash_python::causal_arg(causal);
+            return s.gpu && s.gpu->workspace_bytes ? s.gpu->workspace_bytes(shape, masked) : 0;
           },
-          py::arg("shape"), "bytes of device memory launch() needs as `workspace` (0: none)")
+          py::arg("shape"), py::arg("causal") = false,
+          "bytes of device memory launch() needs as `workspace` for that shape and mask (0: none)")
       .def("__repr__", [](const common::StepInfo& s) { return "<Step " + s.name + ": " + s.title + ">"; });
 
   m.def(

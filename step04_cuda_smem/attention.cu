@@ -248,7 +248,7 @@ common::StepInfo describe() {
     HeadDims::dispatch(a.shape.head_dim, [&](auto d) { launch<d()>(a); });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
-  kernel.workspace_bytes = [](const common::Shape& s) { return 2 * s.lse_elements() * int64_t(sizeof(float)); };
+  kernel.workspace_bytes = [](const common::Shape& s, bool) { return 2 * s.lse_elements() * int64_t(sizeof(float)); };
   return common::cuda::gpu_step(
       "step04_cuda_smem",
       "FlashAttention-1 Algorithm 1 on the GPU (one block per head; tiles, O_i, m_i, l_i in shared memory)",

@@ -260,7 +260,7 @@ common::StepInfo describe() {
     HeadDims::dispatch(a.shape.head_dim, [&](auto d) { launch<d()>(a); });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
-  kernel.workspace_bytes = [](const common::Shape& s) { return 2 * s.lse_elements() * int64_t(sizeof(float)); };
+  kernel.workspace_bytes = [](const common::Shape& s, bool) { return 2 * s.lse_elements() * int64_t(sizeof(float)); };
   return common::cuda::gpu_step(
       STEP05_SPILL ? "step05_spill" : "step05_cuda_registers",
       "Algorithm 1 on the GPU with S_ij, P~_ij, O_i, m_i, l_i in registers (Q_i, K_j, V_j in shared memory)",

@@ -445,7 +445,8 @@ common::StepInfo describe() {
     });
   };
   kernel.resources = [](int64_t d) { return HeadDims::dispatch(d, [](auto D) { return resources<D()>(); }); };
-  kernel.workspace_bytes = [](const common::Shape&) { return int64_t(sizeof(int)); };  // causal: claimed tiles
+  // Causal: the count of claimed tiles; full attention's static schedule needs nothing.
+  kernel.workspace_bytes = [](const common::Shape&, bool causal) { return causal ? int64_t(sizeof(int)) : 0; };
   kernel.compute_capability = 90;  // sm_90a machine code: wgmma exists on Hopper alone
   return common::cuda::gpu_step("step22_persistent",
                                 "The persistent grid on Hopper: one block an SM takes query tiles from a tile "

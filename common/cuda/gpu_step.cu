@@ -50,7 +50,7 @@ class GpuSession final : public Session {
     require_head_dim(problem.shape.head_dim, head_dims, name);
     require_gpu(name);
     require_compute_capability(kernel_->compute_capability, name);
-    const int64_t workspace = kernel_->workspace_bytes ? kernel_->workspace_bytes(shape_) : 0;
+    const int64_t workspace = kernel_->workspace_bytes ? kernel_->workspace_bytes(shape_, problem.causal) : 0;
     dev_ = std::make_unique<DeviceProblem>(problem, workspace, name, precision);
     if (workspace > 0) workspace_ = DeviceBuffer<char>(size_t(workspace), DeviceBuffer<char>::Counted::yes);
     args_.shape = shape_;

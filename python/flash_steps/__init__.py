@@ -141,13 +141,14 @@ class Step:
                check_finite=False):
         """Enqueues the step's kernel on CUDA tensors (GPU steps): reads q, k, v, writes o and lse
         in place, through DLPack, without a copy; returns at once. ``workspace``: at least
-        ``workspace_bytes(shape)`` bytes of device memory (None when that is 0)."""
+        ``workspace_bytes(shape, causal)`` bytes of device memory (None when that is 0)."""
         self._native.launch(q, k, v, o, lse, workspace, causal=causal, scale=scale, stream=stream,
                             check_finite=check_finite)
 
-    def workspace_bytes(self, shape):
-        """Bytes of device memory launch() needs as ``workspace`` for ``shape`` (0: none)."""
-        return self._native.workspace_bytes(shape)
+    def workspace_bytes(self, shape, causal=False):
+        """Bytes of device memory launch() needs as ``workspace`` for ``shape`` and the mask (0:
+        none; step 22 counts claimed tiles only when causal)."""
+        return self._native.workspace_bytes(shape, causal)
 
     def attention_backward(self, q, k, v, o, lse, d_o, causal=False, scale=None, *, dtype=None,
                            deterministic=False, stream=None, sram_floats=0):
@@ -224,15 +225,15 @@ class _Torch:
         q, k, v = (t.detach() if t.requires_grad else t for t in (q, k, v))
         stream = raw_stream(q.get_device()) if q.is_cuda else None
         workspace = None
-        if step.needs_workspace:  # steps 4 and 5: m and l in global memory; step 22: its tile counter
-            # Sized from the checked shape, once per step and shapes (the launch checks every
-            # call's tensors again); q, k, v lent as capsules, as for the launch:
-            # Tensor.__dlpack__(stream=...) is Python that looks up two streams (12 us or more
-            # a tensor on an H200's host, to_dlpack 0.2 us).
-            key = (step.name, tuple(q.shape), tuple(k.shape))
+        if step.needs_workspace:  # steps 4 and 5: m and l in global memory; step 22, causal: its tile counter
+            # Sized from the checked shape and the mask, once per step, shapes and mask (the launch
+            # checks every call's tensors again; a size of 0 saves an allocation a call); q, k, v
+            # lent as capsules, as for the launch: Tensor.__dlpack__(stream=...) is Python that
+            # looks up two streams (12 us or more a tensor on an H200's host, to_dlpack 0.2 us).
+            key = (step.name, tuple(q.shape), tuple(k.shape), causal)
             nbytes = _WORKSPACE_BYTES.get(key)
             if nbytes is None:
-                nbytes = step.workspace_bytes(step.check_inputs(to_dlpack(q), to_dlpack(k), to_dlpack(v)))
+                nbytes = step.workspace_bytes(step.check_inputs(to_dlpack(q), to_dlpack(k), to_dlpack(v)), causal)
                 if len(_WORKSPACE_BYTES) >= _WORKSPACE_SHAPES_KEPT:
                     _WORKSPACE_BYTES.clear()
                 _WORKSPACE_BYTES[key] = nbytes
@@ -334,7 +335,7 @@ def _forward_on_gpu(step, q, k, v, causal, scale, dtype, stream, check_finite):
     tensor_dtype = _tensor_dtype(step, q, dtype, framework, stream)
     o_shape = (shape.batch, shape.heads, shape.seq_q, shape.head_dim)
     lse_shape = o_shape[:3]
-    nbytes = step.workspace_bytes(shape)
+    nbytes = step.workspace_bytes(shape, causal)
     if framework is not None:
         # O in the inputs' dtype, L in float32, as FlashAttention-2 returns them.
         o, lse = framework.empty(o_shape, q), framework.empty(lse_shape, q, "float32")

@@ -42,7 +42,7 @@ def fake_step(calls, workspace_bytes):
     def launch(q, k, v, o, lse, workspace, **options):
         calls.append(("launch", q, k, v, o, lse, workspace))
 
-    return SimpleNamespace(name=f"fake_step_{workspace_bytes}", needs_workspace=workspace_bytes > 0, workspace_bytes=lambda shape: workspace_bytes,
+    return SimpleNamespace(name=f"fake_step_{workspace_bytes}", needs_workspace=workspace_bytes > 0, workspace_bytes=lambda shape, causal: workspace_bytes,
                            check_inputs=check_inputs, _native=SimpleNamespace(launch=launch))
 
 

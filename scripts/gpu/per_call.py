@@ -224,11 +224,11 @@ def host_phases(table, flash_steps, step, q, k, v):
     to_dlpack, raw_stream = torch_calls[1], torch_calls[2]
     o, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
     device = q.get_device()
-    nbytes = step.workspace_bytes(step.check_inputs(q, k, v)) if step.needs_workspace else 0
+    nbytes = step.workspace_bytes(step.check_inputs(q, k, v), causal=False) if step.needs_workspace else 0
     workspace = q.new_empty(nbytes, dtype=torch.uint8) if nbytes else None  # allocated once, as O and L
 
-    def body():
-        return flash_steps._Torch.forward(step, q.contiguous(), k.contiguous(), v.contiguous(), False, None)
+    def body():  # the operator's body as pytorch._body runs it (q, k, v are contiguous)
+        return flash_steps._Torch.forward(step, q, k, v, False, None)
 
     def launch_only():  # the module's call alone, on outputs allocated once
         step._native.launch(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(o), to_dlpack(lse),
