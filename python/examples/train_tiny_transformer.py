@@ -4,22 +4,32 @@ learns the repository's own Markdown (next byte prediction), once with PyTorch's
 its attention and once with a step, from the same random initialisation on the same
 batches; the two loss curves are compared.
 
-    PYTHONPATH=build/python python3 python/examples/train_tiny_transformer.py [--step step24] [--csv FILE]
+    PYTHONPATH=build/python python3 python/examples/train_tiny_transformer.py [--dtype bf16] [--step N] [--csv FILE]
 
 The model: 2 layers, d_model 128, 4 heads of d = 32, causal, byte vocabulary (256), 128
-tokens a sequence, batches of 32, AdamW, all in float32 (TF32 off), random
-initialisation from --seed; nothing is downloaded. The text is every *.md file of the
-repository, concatenated in sorted order (the same for both runs).
+tokens a sequence, batches of 32, AdamW, random initialisation from --seed; nothing is
+downloaded. The text is every *.md file of the repository, concatenated in sorted order
+(the same for both runs).
+
+--dtype fp32 (the default) computes all of it in float32 (TF32 off). --dtype bf16 or fp16
+is mixed precision as PyTorch trains in 16 bits: the weights and AdamW stay float32, and
+the forward and the loss run under torch.autocast, so the Linear layers compute in 16 bits
+and q, k, v reach the attention as the qkv layer's 16-bit output (the layer norms, the
+residual stream and the loss stay float32); fp16 also scales the loss for the backward
+(GradScaler), while the loss recorded is the unscaled one. Without --step, the last built
+GPU step with a backward pass in that dtype: step 24 for fp32, step 25 for bf16 and fp16.
 
 The verdict, printed and returned as the exit status: the relative difference of the mean
 loss over the last 50 steps of the two runs is at most 2% (--tolerance), and each run's
 loss fell by at least a factor 1.8 (--min-drop, the mean of the first 10 steps over the
-mean of the last 50). The runs differ only in the attention: SDPA's efficient backend (or
---sdpa-backend math) against flash_steps.pytorch.attention with the step, whose dQ is
-summed by atomics, so the curves are close but not identical. Exits 0 if they agree, 1 if
-not, 2 when the step cannot train (no backward pass, or no GPU step built).
+mean of the last 50). The runs differ only in the attention: SDPA's efficient backend in
+fp32, its flash backend (FlashAttention-2) in 16 bits (or --sdpa-backend) against
+flash_steps.pytorch.attention with the step, whose dQ is summed by atomics, so the curves
+are close but not identical. Exits 0 if they agree, 1 if not, 2 when the step cannot train
+(no backward pass in that dtype, or no GPU step built).
 """
 import argparse
+import contextlib
 import csv
 import math
 import sys
@@ -31,6 +41,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[2]
+
+#: --dtype: the dtypes' names as torch and Step.dtypes spell them.
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+#: The model's precision, as the first printed line says it, by --dtype.
+PRECISION = {"fp32": "all in float32 (TF32 off)",
+             "bf16": "bfloat16 under autocast, float32 weights and AdamW",
+             "fp16": "float16 under autocast, float32 weights and AdamW, loss scaled"}
+
+#: --sdpa-backend's default: the fastest of SDPA's backends that computes in the dtype
+#: (FlashAttention-2 takes only 16-bit inputs; the efficient one takes float32 too).
+DEFAULT_SDPA_BACKEND = {"fp32": "efficient", "bf16": "flash", "fp16": "flash"}
 
 
 def corpus():
@@ -99,6 +121,12 @@ def train(attention, data, args):
     torch.manual_seed(args.seed)
     model = TinyTransformer(attention, seq=args.seq).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    # 16 bits: the forward and the loss under autocast over the float32 model (fp32: no autocast).
+    autocast = (contextlib.nullcontext() if args.dtype == "fp32"
+                else torch.autocast("cuda", dtype=getattr(torch, DTYPES[args.dtype])))
+    # fp16's 5 bits of exponent underflow small gradients to zero: its loss is scaled up for the backward
+    # and the gradients scaled back before AdamW. Disabled (fp32, bf16), the scaler passes all through.
+    scaler = torch.amp.GradScaler("cuda", enabled=args.dtype == "fp16")
     warmup = 20
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / warmup))
     batches = torch.Generator().manual_seed(args.seed)
@@ -107,13 +135,15 @@ def train(attention, data, args):
     for _ in range(args.steps):
         starts = torch.randint(0, len(data) - args.seq - 1, (args.batch,), generator=batches).cuda()
         window = data[starts[:, None] + torch.arange(args.seq + 1, device="cuda")].long()
-        logits = model(window[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1))
+        with autocast:
+            logits = model(window[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)  # skipped when a scaled gradient overflowed (fp16), and the scale lowered
+        scaler.update()
         schedule.step()
-        losses.append(loss.item())
+        losses.append(loss.item())  # unscaled
     return losses
 
 
@@ -135,19 +165,26 @@ def verdict(sdpa, step, tolerance, min_drop):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--step", default="step24_backward_fp32", help="a GPU step with a backward pass")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="fp32",
+                        help="the precision: fp32, or bf16/fp16 under autocast (float32 weights)")
+    parser.add_argument("--step", help="a GPU step with a backward pass in the dtype (default: the last built)")
     parser.add_argument("--steps", type=int, default=300, help="training steps of each run")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sdpa-backend", choices=["efficient", "math"], default="efficient")
+    parser.add_argument("--sdpa-backend", choices=["efficient", "flash", "math"],
+                        help="SDPA's backend for the baseline (default: efficient for fp32, flash for 16 bits)")
     parser.add_argument("--tolerance", type=float, default=0.02, help="allowed relative difference of the final means")
     parser.add_argument("--min-drop", type=float, default=1.8, help="the factor each run's loss must fall by")
     parser.add_argument("--csv", help="write step, loss_sdpa, loss_step to this file")
     args = parser.parse_args(argv)
     if args.steps < 60:
         parser.error("--steps must be at least 60 (the verdict compares the last 50 steps with the first 10)")
+    if args.sdpa_backend is None:
+        args.sdpa_backend = DEFAULT_SDPA_BACKEND[args.dtype]
+    if args.sdpa_backend == "flash" and args.dtype == "fp32":
+        parser.error("--sdpa-backend flash computes in 16 bits only: use it with --dtype bf16 or fp16")
 
     import flash_steps
     from torch.nn.attention import SDPBackend
@@ -155,23 +192,31 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("train_tiny_transformer: needs a CUDA GPU", file=sys.stderr)
         return 2
+    dtype = DTYPES[args.dtype]
+    # The GPU steps that can train the model in this dtype, in ladder order: the last is the default.
+    with_backward = [s.name for s in flash_steps.gpu_steps() if s.has_backward and dtype in s.dtypes]
+    if args.step is None and not with_backward:
+        print(f"train_tiny_transformer: no GPU step of this build can train this {dtype} model (none has a "
+              f"{dtype} backward)", file=sys.stderr)
+        return 2
     try:
-        step = flash_steps.step(args.step)
+        step = flash_steps.step(args.step if args.step is not None else with_backward[-1])
     except KeyError as error:
         print(f"train_tiny_transformer: {error.args[0]}", file=sys.stderr)
         return 2
-    if not (step.needs_gpu and step.has_backward and "float32" in step.dtypes):
-        with_backward = [s.name for s in flash_steps.gpu_steps() if s.has_backward and "float32" in s.dtypes]
-        print(f"train_tiny_transformer: {step.name} cannot train this float32 model; the GPU steps with a "
-              f"float32 backward: {', '.join(with_backward) or 'none in this build'}", file=sys.stderr)
+    if step.name not in with_backward:
+        print(f"train_tiny_transformer: {step.name} cannot train this {dtype} model; the GPU steps with a "
+              f"{dtype} backward: {', '.join(with_backward) or 'none in this build'}", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
 
     data, files = corpus()
-    backend = SDPBackend.EFFICIENT_ATTENTION if args.sdpa_backend == "efficient" else SDPBackend.MATH
+    backend = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+               "math": SDPBackend.MATH}[args.sdpa_backend]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {len(data)} bytes of Markdown from "
-          f"{files} files; 2 layers, d_model 128, 4 heads of d = 32, {args.steps} steps of {args.batch} x {args.seq}")
+          f"{files} files; 2 layers, d_model 128, 4 heads of d = 32, {PRECISION[args.dtype]}; "
+          f"{args.steps} steps of {args.batch} x {args.seq}")
     runs = {}
     for name, attention in (("sdpa", sdpa_attention(backend)), ("step", step_attention(step.name))):
         start = time.perf_counter()
