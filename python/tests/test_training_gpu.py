@@ -1,8 +1,8 @@
 """The training example as a test: a tiny transformer trained with SDPA and with a step's
 forward and backward from the same seed; the loss curves must agree (the example's
 verdict: the final 50-step means within 2% of each other, each loss fallen by a factor
-of at least 1.8). Every GPU step with a backward pass, in each of its dtypes among fp32
-and bf16 (fp16 only by hand, --dtype fp16, to keep the test short).
+of at least 1.8). Every GPU step with a backward pass, in each of its dtypes that the
+example trains in (fp32 and bf16).
 
 Run by ctest through run.py, which reports the file skipped without a GPU or without a
 PyTorch that flash_steps.pytorch accepts (>= 2.4).
