@@ -3,7 +3,8 @@
 # written as one line fills in, and what follows it up to the next block survives
 # (a one-line block once swallowed everything up to the next block's end marker), and
 # a run block inside a list item keeps the item's indentation (the Answers lists of
-# steps 11 and 12 once restarted at "1." after a run); the backward table's SDPA columns,
+# steps 11 and 12 once restarted at "1." after a run); the backward table's SDPA columns
+# (fp32 beside EFFICIENT, 16 bits beside FLASH and CUDNN),
 # and the speed blocks of docs/measuring_speed.md.
 # Registered with ctest (label cpu); exits 1 with a diff when a case fails.
 set -euo pipefail
@@ -91,6 +92,31 @@ has "^| 1024 | 64 | none | 40.0 | 32.0 | 0.80 | 20.0 | 0.62 | 30.0 | 24.0 | 1.25
 has "backward_compare_H100_2026-01-02.csv" "the backward table does not name its same-run file"
 has "^after the backward table$" "lost the line after the backward table"
 python3 "$render" --check "$tmp" >/dev/null || { echo "FAIL: --check after rendering the backward table"; failures=$((failures + 1)); }
+# A 16-bit backward step: beside SDPA's FLASH and CUDNN backends, each with its ratio, from the
+# rows of its own dtype only (an fp32 row of the same kernel in the same file is not its figure).
+# Made-up figures: the operator's 60 over FLASH's 50 and cuDNN's 120.
+has4() { grep -q -- "$1" "$tmp/step04_x/README.md" || { echo "FAIL: $2"; failures=$((failures + 1)); }; }
+mkdir -p "$tmp/step04_x"
+printf '# Page\n<!-- backward: step04 -->\n' >"$tmp/step04_x/README.md"
+{
+  echo "gpu,date,section,method,kernel,dtype,batch,heads,seq_q,seq_kv,head_dim,causal,calls,reps,median_ms,tflops,commit"
+  for what in forward:80 backward:64 backward_deterministic:40 ; do
+    echo "$gpu,2026-01-04,backward,cuda_graph,step04_x:${what%%:*},bf16,4,16,1024,1024,128,1,9,5,1.0,${what#*:},abc"
+  done
+} >"$tmp/docs/results/current/gpu_backward_H100_2026-01-04.csv"
+{
+  echo "gpu,date,commit,dtype,method,kernel,batch,heads,N,d,causal,calls,reps,median_ms,tflops,max_abs_diff_vs_sdpa,note"
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,step04_x:backward,4,16,1024,128,1,9,5,1.0,60,1e-3,"
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,sdpa_flash:backward,4,16,1024,128,1,9,5,1.0,50,,"
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,sdpa_cudnn:backward,4,16,1024,128,1,9,5,1.0,120,,"
+  echo "$gpu,2026-01-04,def,fp32,cuda_graph,step04_x:backward,4,16,1024,128,1,9,5,1.0,7,1e-6,"
+} >"$tmp/docs/results/current/backward_compare_bf16_H100_2026-01-04.csv"
+python3 "$render" "$tmp" >/dev/null
+has4 "^| 1024 | 128 | causal | 80.0 | 64.0 | 0.80 | 40.0 | 0.62 | 60.0 | 50.0 | 1.20 | 120.0 | 0.50 |$" \
+  "the 16-bit backward table beside FLASH and CUDNN"
+has4 "SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backward (bf16)" "the 16-bit table does not name the backends"
+grep -q "^| 1024 | 64 | none | 40.0 | 32.0 | 0.80 | 20.0 | 0.62 | 30.0 | 24.0 | 1.25 |$" "$tmp/step03_x/README.md" ||
+  { echo "FAIL: the fp32 table changed when a 16-bit file came"; failures=$((failures + 1)); }
 # The speed blocks of docs/measuring_speed.md: a single launch from a sample run beside the two
 # sustained methods of the same kernel and shape, a comparison file's SDPA rows and last step,
 # and the per-call file, which says it is not measured yet until it exists.
@@ -172,9 +198,9 @@ grep -q "^| none | 1024 | 16 | 300.0 | 200.0 | 150.0 | 250.0 | 1.20 | 1.50 |$" "
   { echo "FAIL: the sweep row"; failures=$((failures + 1)); }
 grep -q "^after the sweep$" "$tmp/step05_x/README.md" || { echo "FAIL: the sweep block ate what follows"; failures=$((failures + 1)); }
 if [[ $failures -gt 0 ]]; then
-  cat "$tmp/step01_x/README.md" "$tmp/step03_x/README.md" "$tmp/step05_x/README.md" "$speed_page"
+  cat "$tmp/step01_x/README.md" "$tmp/step03_x/README.md" "$tmp/step04_x/README.md" "$tmp/step05_x/README.md" "$speed_page"
   exit 1
 fi
 echo "render-pages: one-line blocks fill in and keep what follows them; run blocks keep their indentation;" \
-  "the backward table takes SDPA's figures from the same-run file of its GPU, else says they are not same-run;" \
+  "the backward table takes SDPA's figures from the same-run file of its GPU and dtype, else says they are not same-run;" \
   "speed blocks show the sample run, the CSVs and a placeholder for the per-call file"
