@@ -78,7 +78,7 @@ unset title
 set format x '%g'
 set xlabel 'training step'
 set ylabel '${step} − SDPA'
-set format y '%.0e'
+set format y '%g'
 set key off
 plot '$dat' using 1:4 with lines lw 1.5 lc rgb '#b45f06' notitle, 0 with lines lc rgb '#444444' notitle
 unset multiplot
