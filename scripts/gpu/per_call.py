@@ -216,7 +216,7 @@ def launch_bound(table, flash_steps, fsp, step, dtype):
     return q, k, v
 
 
-def host_phases(table, flash_steps, step, q, k, v):
+def host_phases(table, flash_steps, fsp, step, q, k, v):
     where = dict(section="host_phases", dtype=dtype_name(q.dtype), batch=q.shape[0], heads=q.shape[1],
                  N=q.shape[2], d=q.shape[3], causal=0)
     op = getattr(torch.ops.flash_steps, step.name)
@@ -227,8 +227,8 @@ def host_phases(table, flash_steps, step, q, k, v):
     nbytes = step.workspace_bytes(step.check_inputs(q, k, v), causal=False) if step.needs_workspace else 0
     workspace = q.new_empty(nbytes, dtype=torch.uint8) if nbytes else None  # allocated once, as O and L
 
-    def body():  # the operator's body as pytorch._body runs it (q, k, v are contiguous)
-        return flash_steps._Torch.forward(step, q, k, v, False, None)
+    def body():  # the operator's body itself, which the eager path of attention() also runs
+        return fsp._body(step, q, k, v, False, None)
 
     def launch_only():  # the module's call alone, on outputs allocated once
         step._native.launch(to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(o), to_dlpack(lse),
@@ -240,7 +240,7 @@ def host_phases(table, flash_steps, step, q, k, v):
     pieces = [
         ("python", "operator (custom_op, dispatcher, body)", op_us),
         ("python", "dispatcher and custom_op around the body", op_us - body_us),
-        ("python", "body: flash_steps._Torch.forward", body_us),
+        ("python", "body: flash_steps.pytorch._body", body_us),
         ("python", "native launch with to_dlpack, outputs given", per_call_us(launch_only)),
         ("python", "allocate O and L (empty_like, new_empty)",
          host_only_us(lambda: (torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)))),
@@ -321,7 +321,7 @@ def main():
     table = Table(csv_path, dict(gpu=gpu, date=date, commit=cp.commit_of_checkout(), torch=torch.__version__))
     print(f"per_call.py: {gpu}, torch {torch.__version__}, {step.name} in {dtype_name(dtype)}")
     q, k, v = launch_bound(table, flash_steps, fsp, step, dtype)
-    host_phases(table, flash_steps, step, q, k, v)
+    host_phases(table, flash_steps, fsp, step, q, k, v)
     ratios = graph_vs_eager(table, step, dtype)
     table.close()
     if ratios:
