@@ -22,4 +22,10 @@ namespace common::cuda {
 /// pointer and shape), without a call into the driver.
 CUtensorMap make_tensor_map(const void* base, bool half, int64_t batch_heads, int64_t rows, int64_t d, int box_rows);
 
+/// A tensor map of the (batch_heads, rows, d) fp32 array at `base`, in boxes of (32, box_rows,
+/// 1) with the 128-byte swizzle (tensor_map.hpp, accumulator_map_layout): what a TMA reduction
+/// adds a tile of a gradient into. Elements outside the array are neither read nor written.
+/// Throws as make_tensor_map, InputError when d is not a multiple of 4.
+CUtensorMap make_accumulator_map(float* base, int64_t batch_heads, int64_t rows, int64_t d, int box_rows);
+
 }  // namespace common::cuda

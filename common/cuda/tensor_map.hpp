@@ -39,6 +39,19 @@ FLASH_HOST_DEVICE constexpr TensorMapLayout tensor_map_layout(int64_t batch_head
           {uint32_t(kBoxCols), uint32_t(box_rows), 1u}};
 }
 
+/// Elements of one box row of an fp32 tensor: 128 bytes, the 128-byte swizzle's row.
+inline constexpr int kAccumulatorBoxCols = 32;
+
+/// The layout of a (batch_heads, rows, d) array of fp32 elements (a gradient's accumulator),
+/// in boxes of (32, box_rows, 1): a tile d wide is ⌈d/32⌉ boxes of 128-byte rows, one after
+/// the other. Requires d a multiple of 4 (16-byte rows).
+FLASH_HOST_DEVICE constexpr TensorMapLayout accumulator_map_layout(int64_t batch_heads, int64_t rows, int64_t d,
+                                                                   int box_rows) {
+  return {{uint64_t(d), uint64_t(rows), uint64_t(batch_heads)},
+          {uint64_t(d) * 4, uint64_t(rows) * uint64_t(d) * 4},
+          {uint32_t(kAccumulatorBoxCols), uint32_t(box_rows), 1u}};
+}
+
 /// Bytes one tile of `rows` × d lands as: what its barrier expects, out-of-bounds rows included.
 FLASH_HOST_DEVICE constexpr uint32_t tile_bytes(int rows, int d) { return uint32_t(rows) * uint32_t(d) * 2u; }
 

@@ -69,6 +69,35 @@ __device__ void tma_load_tile(T* tile, const CUtensorMap* map, int row0, int bh,
   }
 }
 
+/// `cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group`: adds the box of
+/// fp32 elements at `tile` (laid out as a load of `map` would land it, swizzle included) into
+/// the tensor `map` describes at element coordinates (c0, c1, c2), each element's addition
+/// whole (an atomic add in the L2 cache); elements outside the tensor are skipped. The copy
+/// engine reads `tile` later: cp_async_bulk_wait_read says when it may be written again.
+__device__ inline void tma_reduce_add(const CUtensorMap* map, int c0, int c1, int c2, const void* tile) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
+      "r"(c0), "r"(c1), "r"(c2), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(tile)))
+      : "memory");
+}
+
+/// `cp.async.bulk.commit_group`: closes the group of this thread's bulk operations issued so far.
+__device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+/// `cp.async.bulk.wait_group.read N`: waits until at most N of this thread's committed bulk
+/// groups are still reading shared memory: the tiles of the others may be written again.
+template <int kPending>
+__device__ inline void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+
+/// `cp.async.bulk.wait_group N`: waits until at most N of this thread's committed bulk groups
+/// are still running: the others' writes to global memory are done.
+template <int kPending>
+__device__ inline void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 /// `fence.proxy.async.shared::cta`: this thread's ordinary stores to shared memory become
 /// visible to what reads it through the async proxy (wgmma, TMA) after the next barrier.
 __device__ inline void fence_async_shared() { ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared); }

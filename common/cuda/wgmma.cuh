@@ -43,6 +43,15 @@
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" "}"
 
+/// The 16 accumulator registers of an m64n32k16 wgmma, in the order the PTX lists them.
+#define FLASH_WGMMA_D32 \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][2]), "+f"(d[1][3]), \
+  "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[0][6]), "+f"(d[0][7]), "+f"(d[1][6]), "+f"(d[1][7])
+
+/// The placeholders of those 16 registers in the PTX string, numbered 0 to 15, in braces.
+#define FLASH_WGMMA_D32_SLOTS "{" \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" "}"
+
 /// The 64 accumulator registers of an m64n128k16 wgmma, in the order the PTX lists them.
 #define FLASH_WGMMA_D128 \
   "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][2]), "+f"(d[1][3]), \
@@ -135,6 +144,16 @@ __device__ inline void fence_operand(float (&d)[2][N]) {
                : FLASH_WGMMA_D##N                                                                           \
                : "l"(a), "l"(b), "r"(accumulate))
 
+/// The asm of one m64nNk16 wgmma with A and B from shared memory, both MN-major
+/// (imm-trans-a = imm-trans-b = 1: A's rows are K with M contiguous, B's rows are K with N
+/// contiguous).
+#define FLASH_WGMMA_SS_MN(N, TYPE, A, B, S)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                                              \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " FLASH_WGMMA_D##N##_SLOTS \
+               ", %" A ", %" B ", p, 1, 1, 1, 1;\n}\n"                                                      \
+               : FLASH_WGMMA_D##N                                                                           \
+               : "l"(a), "l"(b), "r"(accumulate))
+
 /// The asm of one m64nNk16 wgmma with A from registers (4 × 32 bits: the 64 × 16
 /// fragment, wgmma.hpp a_m64k16) and B from shared memory MN-major (imm-trans-b = 1:
 /// B's rows are K, N contiguous). A0, B, S: the operand numbers of A's registers, B's
@@ -155,14 +174,28 @@ constexpr int kAccumulate = 1;
 
 /// D (64 × N) = A·B (+ D when `accumulate`): `wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T`
 /// with A (64 × 16) and B (N × 16, i.e. Bᵀ stored K-major) described in shared memory.
-/// T: __nv_bfloat16 or __half; N: 64 or 128.
+/// T: __nv_bfloat16 or __half; N: 32, 64 or 128.
 template <class T, int N>
 __device__ inline void wgmma_ss(float (&d)[2][N / 4], uint64_t a, uint64_t b, int accumulate) {
-  static_assert(N == 64 || N == 128, "the Hopper steps use N = 64 and 128");
-  if constexpr (N == 64 && std::is_same_v<T, __half>) FLASH_WGMMA_SS(64, "f16", "32", "33", "34");
+  static_assert(N == 32 || N == 64 || N == 128, "the Hopper steps use N = 32 (a backward pass), 64 and 128");
+  if constexpr (N == 32 && std::is_same_v<T, __half>) FLASH_WGMMA_SS(32, "f16", "16", "17", "18");
+  else if constexpr (N == 32) FLASH_WGMMA_SS(32, "bf16", "16", "17", "18");
+  else if constexpr (N == 64 && std::is_same_v<T, __half>) FLASH_WGMMA_SS(64, "f16", "32", "33", "34");
   else if constexpr (N == 64) FLASH_WGMMA_SS(64, "bf16", "32", "33", "34");
   else if constexpr (std::is_same_v<T, __half>) FLASH_WGMMA_SS(128, "f16", "64", "65", "66");
   else FLASH_WGMMA_SS(128, "bf16", "64", "65", "66");
+}
+
+/// D (64 × N) = A·B (+ D when `accumulate`) with A (64 × 16) and B (16 × N) both in shared
+/// memory MN-major: the rows of each are K, and M (for A) or N (for B) is contiguous, as
+/// dS_ijᵀ and K_j lie for dQ_i = dS_ij K_j. T: __nv_bfloat16 or __half; N: 32 or 64.
+template <class T, int N>
+__device__ inline void wgmma_ss_mn(float (&d)[2][N / 4], uint64_t a, uint64_t b, int accumulate) {
+  static_assert(N == 32 || N == 64, "the backward's dQ_i uses N = 32 and 64 (half of d a warpgroup)");
+  if constexpr (N == 32 && std::is_same_v<T, __half>) FLASH_WGMMA_SS_MN(32, "f16", "16", "17", "18");
+  else if constexpr (N == 32) FLASH_WGMMA_SS_MN(32, "bf16", "16", "17", "18");
+  else if constexpr (std::is_same_v<T, __half>) FLASH_WGMMA_SS_MN(64, "f16", "32", "33", "34");
+  else FLASH_WGMMA_SS_MN(64, "bf16", "32", "33", "34");
 }
 
 /// D (64 × N) += A·B with A (64 × 16) in registers, `a` as wgmma.hpp's a_m64k16 lays
@@ -181,5 +214,6 @@ __device__ inline void wgmma_rs(float (&d)[2][N / 4], const uint32_t (&a)[4], ui
 
 #undef FLASH_WGMMA_SS
 #undef FLASH_WGMMA_RS
+#undef FLASH_WGMMA_SS_MN
 
 }  // namespace common::cuda

@@ -407,3 +407,39 @@ TEST_CASE("tma: a tensor map's layout is (d, N, B·H) with 128-byte box rows, ea
   CHECK(common::tma::tile_bytes(128, 128) == 32768);  // what a barrier expects for a K_j at d = 128
   CHECK(common::tma::column_block(1, 128) == 128 * 64);  // the second 64 columns follow the first
 }
+
+TEST_CASE("tma: an fp32 accumulator's map is (d, N, B·H) in boxes of 32 columns, one 128-byte swizzle line") {
+  using common::tma::accumulator_map_layout;
+  constexpr auto a = accumulator_map_layout(3, 130, 96, 64);  // step 26's dQ at d = 96, B_r = 64
+  CHECK(a.dims[0] == 96);
+  CHECK(a.dims[1] == 130);
+  CHECK(a.dims[2] == 3);
+  CHECK(a.strides[0] == 96 * 4);  // bytes from one row to the next
+  CHECK(a.strides[1] == 130 * 96 * 4);  // bytes from one head to the next
+  CHECK(a.box[0] * 4 == 128);  // one box row = one 128-byte swizzle line
+  CHECK(a.box[1] == 64);
+  CHECK(a.box[2] == 1);
+  // Any N and any d that is a multiple of 4 gives strides of whole 16 bytes, as TMA needs.
+  for (int64_t n : {1, 7, 333}) {
+    for (int64_t d : {64, 96, 128}) {
+      const auto layout = accumulator_map_layout(2, n, d, 64);
+      CHECK(layout.strides[0] % 16 == 0);
+      CHECK(layout.strides[1] % 16 == 0);
+    }
+  }
+}
+
+TEST_CASE("swizzle: a store's place in a 128-byte-swizzled row is a per-thread base XOR a per-column constant") {
+  // Step 26 writes dS_ijᵀ (2-byte elements) and dQ_i's term (4-byte) into rows that TMA's 128-byte
+  // swizzle lays out: element bytes b of row r go to chunk (b / 16) XOR (r % 8). For a thread whose
+  // rows are ≡ x (mod 8) and whose byte within a 16-byte chunk is w, the offset within the row is
+  // (16·x + w) XOR 16·c for the element's chunk c: one XOR with a constant of the unrolled loop.
+  using common::wgmma::Swizzle;
+  using common::wgmma::tile_offset;
+  for (int row = 0; row < 64; ++row) {
+    for (int byte = 0; byte < 128; byte += 4) {
+      const int x = row % 8, c = byte / 16, w = byte % 16;
+      REQUIRE(tile_offset(Swizzle::bytes128, row, byte) == row * 128 + ((16 * x + w) ^ (16 * c)));
+    }
+  }
+}
