@@ -231,7 +231,8 @@ TEST_CASE(FLASH_STEP_LABEL ": the backward kernels' resource report has no spill
           step().backward(p, {forward.o, forward.lse, common::make_random_upstream(p.shape, 2)}, options);
       CHECK(extra(g.extra, "registers") > 0);
       CHECK(extra(g.extra, "local_bytes") == 0);
-      CHECK(extra(g.extra, "dq_kernel_local_bytes") == 0);
+      if (const double dq = extra(g.extra, "dq_kernel_local_bytes"); dq >= 0)
+        CHECK(dq == 0);  // a step with a dQ kernel
       CHECK(extra(g.extra, "blocks_per_sm") >= 1);
     }
   }
