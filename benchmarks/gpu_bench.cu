@@ -391,7 +391,9 @@ std::vector<Row> measure_backward(const common::StepInfo& step, const common::Pr
   const auto d_o = common::cuda::upload_as(common::make_random_upstream(s, 2027), precision);
   common::cuda::DeviceBuffer<unsigned char> dq(size_t(s.q_elements() * e)), dk(size_t(s.kv_elements() * e)),
       dv(size_t(s.kv_elements() * e));
-  common::cuda::DeviceBuffer<char> backward_workspace(size_t(kernel.backward_workspace_bytes(s, false)));
+  // One workspace for both modes: the larger of the two (the deterministic one may need more, or less).
+  common::cuda::DeviceBuffer<char> backward_workspace(
+      size_t(std::max(kernel.backward_workspace_bytes(s, false), kernel.backward_workspace_bytes(s, true))));
   common::DeviceBackwardArgs b;
   b.shape = s;
   b.causal = problem.causal;
