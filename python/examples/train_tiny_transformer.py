@@ -4,9 +4,9 @@ learns the repository's own Markdown (next byte prediction), once with PyTorch's
 its attention and once with a step, from the same random initialisation on the same
 batches; the two loss curves are compared.
 
-    PYTHONPATH=build/python python3 python/examples/train_tiny_transformer.py [--dtype bf16] [--step N] [--csv FILE]
+    PYTHONPATH=build/python python3 python/examples/train_tiny_transformer.py [--dtype bf16] [--heads 2] [--step N] [--csv FILE]
 
-The model: 2 layers, d_model 128, 4 heads of d = 32, causal, byte vocabulary (256), 128
+The model: 2 layers, d_model 128, 4 heads of d = 32 (--heads 2: 2 heads of d = 64), causal, byte vocabulary (256), 128
 tokens a sequence, batches of 32, AdamW, random initialisation from --seed; nothing is
 downloaded. The text is every *.md file of the repository, concatenated in sorted order
 (the same for both runs).
@@ -17,7 +17,8 @@ the loss run under torch.autocast, so the Linear layers compute in bf16 and q, k
 the attention as the qkv layer's bf16 output (the layer norms, the residual stream and the
 loss stay float32). (fp16 would need its loss scaled as well, GradScaler: not offered until
 a run of it has been checked.) Without --step, the last built GPU step with a backward pass
-in that dtype: step 24 for fp32, step 25 for bf16.
+that takes that dtype and head dimension on this GPU: step 24 for fp32, step 25 for bf16, and
+step 26 (Hopper, d = 64 to 128) for bf16 with --heads 2 on an H100 or H200.
 
 The verdict, printed and returned as the exit status: the relative difference of the mean
 loss over the last 50 steps of the two runs is at most 2% (--tolerance), and each run's
@@ -44,6 +45,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: --dtype: the dtypes' names as torch and Step.dtypes spell them.
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+#: The model's width: its heads split it, --heads 4 into d = 32, --heads 2 into d = 64.
+D_MODEL = 128
 
 #: The model's precision, as the first printed line says it, by --dtype.
 PRECISION = {"fp32": "all in float32 (TF32 off)",
@@ -83,7 +87,7 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, attention, vocab=256, seq=128, d_model=128, heads=4, layers=2):
+    def __init__(self, attention, vocab=256, seq=128, d_model=D_MODEL, heads=4, layers=2):
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model)
         self.position = nn.Parameter(torch.randn(seq, d_model) * 0.02)
@@ -118,7 +122,7 @@ def step_attention(step):
 def train(attention, data, args):
     """The loss of every step of one training run (the same seed: same weights, same batches)."""
     torch.manual_seed(args.seed)
-    model = TinyTransformer(attention, seq=args.seq).cuda()
+    model = TinyTransformer(attention, seq=args.seq, heads=args.heads).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     # 16 bits: the forward and the loss under autocast over the float32 model (fp32: no autocast).
     autocast = (contextlib.nullcontext() if args.dtype == "fp32"
@@ -166,6 +170,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=300, help="training steps of each run")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--heads", type=int, choices=[2, 4], default=4,
+                        help="attention heads of d_model 128: 4 of d = 32 (the default) or 2 of d = 64")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sdpa-backend", choices=["efficient", "flash", "math"],
@@ -188,11 +194,16 @@ def main(argv=None):
         print("train_tiny_transformer: needs a CUDA GPU", file=sys.stderr)
         return 2
     dtype = DTYPES[args.dtype]
-    # The GPU steps that can train the model in this dtype, in ladder order: the last is the default.
-    with_backward = [s.name for s in flash_steps.gpu_steps() if s.has_backward and dtype in s.dtypes]
+    # The GPU steps that can train the model in this dtype, head dimension and GPU, in ladder
+    # order: the last is the default.
+    head_dim = D_MODEL // args.heads
+    major, minor = torch.cuda.get_device_capability()
+    with_backward = [s.name for s in flash_steps.gpu_steps()
+                     if s.has_backward and dtype in s.dtypes and (not s.head_dims or head_dim in s.head_dims)
+                     and s.compute_capability in (0, 10 * major + minor)]
     if args.step is None and not with_backward:
         print(f"train_tiny_transformer: no GPU step of this build can train this {dtype} model (none has a "
-              f"{dtype} backward)", file=sys.stderr)
+              f"{dtype} backward at d = {head_dim} on this GPU)", file=sys.stderr)
         return 2
     try:
         step = flash_steps.step(args.step if args.step is not None else with_backward[-1])
@@ -200,8 +211,8 @@ def main(argv=None):
         print(f"train_tiny_transformer: {error.args[0]}", file=sys.stderr)
         return 2
     if step.name not in with_backward:
-        print(f"train_tiny_transformer: {step.name} cannot train this {dtype} model; the GPU steps with a "
-              f"{dtype} backward: {', '.join(with_backward) or 'none in this build'}", file=sys.stderr)
+        print(f"train_tiny_transformer: {step.name} cannot train this {dtype} model of d = {head_dim} here; the "
+              f"GPU steps that can: {', '.join(with_backward) or 'none in this build'}", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -210,7 +221,8 @@ def main(argv=None):
     backend = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                "math": SDPBackend.MATH}[args.sdpa_backend]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {len(data)} bytes of Markdown from "
-          f"{files} files; 2 layers, d_model 128, 4 heads of d = 32, {PRECISION[args.dtype]}; "
+          f"{files} files; 2 layers, d_model {D_MODEL}, {args.heads} heads of d = {D_MODEL // args.heads}, "
+          f"{PRECISION[args.dtype]}; "
           f"{args.steps} steps of {args.batch} x {args.seq}")
     runs = {}
     for name, attention in (("sdpa", sdpa_attention(backend)), ("step", step_attention(step.name))):
