@@ -1,7 +1,7 @@
 /// \file step26_backward_hopper/attention.cu
 /// \brief Step 26 — step 22's forward (the backward is in backward.cu): the persistent grid.
 ///
-/// Step 22 extends step 21 by launching one block per SM (132 on an H100 SXM) instead of
+/// Step 22 runs step 21's kernel on a persistent grid, one block per SM (132 on an H100 SXM) instead of
 /// one per query tile. Each block loops over work tiles (batch·head, query tile) that a
 /// scheduler hands out (tile_scheduler.hpp): every G-th tile for full attention; for causal,
 /// the next unclaimed one, longest first, from an atomic counter. The block's set-up is paid

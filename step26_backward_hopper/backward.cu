@@ -95,6 +95,7 @@ struct BackwardTiles {
   static constexpr size_t dq_bytes = size_t(Br) * W * 4;
   static constexpr size_t smem_bytes =
       2 * kv_bytes + 2 * kStages * q_bytes + ds_bytes + 2 * dq_bytes + 2 * kStages * Br * 4 + 1024;
+  static_assert(smem_bytes <= 227 * 1024, "an H100's or H200's shared memory for one block: 227 KB");
 };
 //! [tiles]
 
