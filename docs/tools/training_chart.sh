@@ -5,11 +5,15 @@
 # Reads the newest (by the date in the name) of REPO/docs/results/current/
 #   training_<GPU>_<date>.csv        fp32: step 24 beside SDPA's EFFICIENT_ATTENTION backend
 #   training_bf16_<GPU>_<date>.csv   bf16 (autocast): step 25 beside SDPA's FLASH_ATTENTION
+#   training_hopper_bf16_<GPU>_<date>.csv
+#                                    bf16, 2 heads of d = 64: step 26 beside FLASH_ATTENTION
 # (columns step, loss_sdpa, loss_step; written by python/examples/train_tiny_transformer.py
-# --csv, and --dtype bf16 --csv). Writes
+# --csv, --dtype bf16 --csv and --dtype bf16 --heads 2 --csv). Writes
 #   OUTDIR/training_loss.svg        the fp32 figure (gnuplot): both losses against the training
 #                                   step, and below them their difference, step's minus SDPA's
 #   OUTDIR/training_loss_bf16.svg   the same for the bf16 file, when there is one
+#   OUTDIR/training_loss_hopper_bf16.svg
+#                                   the same for the Hopper bf16 file, when there is one
 #   OUTDIR/training_chart.md        for each figure the \image line, and what the file says: the
 #                                   steps, the largest difference and the last 50 steps' means
 set -euo pipefail
@@ -19,6 +23,7 @@ results=$repo/docs/results/current
 md=$out/training_chart.md
 svg=$out/training_loss.svg
 svg_bf16=$out/training_loss_bf16.svg
+svg_hopper=$out/training_loss_hopper_bf16.svg
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 date_re='[0-9]{4}-[0-9]{2}-[0-9]{2}'
@@ -85,12 +90,13 @@ unset multiplot
 EOF
 }
 
-# The fp32 runs are training_<GPU>_<date>.csv: every training_*.csv but the 16-bit ones.
-csv=$(ls "$results"/training_*.csv 2>/dev/null | grep -vE '/training_(bf16|fp16)_[^/]*$' | newest || true)
+# The fp32 runs are training_<GPU>_<date>.csv: every training_*.csv but the 16-bit ones (Hopper's too).
+csv=$(ls "$results"/training_*.csv 2>/dev/null | grep -vE '/training_(hopper_)?(bf16|fp16)_[^/]*$' | newest || true)
 csv_bf16=$(ls "$results"/training_bf16_*.csv 2>/dev/null | newest || true)
-if [[ -z "$csv" && -z "$csv_bf16" ]]; then
+csv_hopper=$(ls "$results"/training_hopper_bf16_*.csv 2>/dev/null | newest || true)
+if [[ -z "$csv" && -z "$csv_bf16" && -z "$csv_hopper" ]]; then
   echo "No \`docs/results/current/training_*.csv\` yet: the figure appears when a training run is recorded." > "$md"
-  rm -f "$svg" "$svg_bf16"
+  rm -f "$svg" "$svg_bf16" "$svg_hopper"
   exit 0
 fi
 
@@ -124,4 +130,20 @@ if [[ -n "$csv_bf16" ]]; then
   } >> "$md"
 else
   rm -f "$svg_bf16"
+fi
+
+if [[ -n "$csv_hopper" ]]; then
+  figure "$csv_hopper" "$svg_hopper" training_hopper_bf16_ \
+    "Training loss of the tiny transformer in bf16 at d = 64, SDPA's attention and step 26's" "step 26" FLASH_ATTENTION
+  {
+    echo
+    echo "\\image html training_loss_hopper_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights) with 2 heads of d = 64, trained with SDPA's FLASH_ATTENTION backend and with step 26's (above), and their difference (below)\""
+    echo
+    echo "Generated during the docs build from [${name}](repo/docs/results/current/${name})"
+    echo "(\`python/examples/train_tiny_transformer.py --dtype bf16 --heads 2 --csv\`, ${gpu}, ${day}, ${steps}"
+    echo "training steps). With 2 heads of d = 64 the lower panel shows step 26's loss minus SDPA's,"
+    echo "at most ${max_diff} in size; the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 26)."
+  } >> "$md"
+else
+  rm -f "$svg_hopper"
 fi
