@@ -69,11 +69,12 @@ __device__ void tma_load_tile(T* tile, const CUtensorMap* map, int row0, int bh,
   }
 }
 
-/// `cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group`: adds the box of
-/// fp32 elements at `tile` (laid out as a load of `map` would land it, swizzle included) into
-/// the tensor `map` describes at element coordinates (c0, c1, c2), each element's addition
-/// whole (an atomic add in the L2 cache); elements outside the tensor are skipped. The copy
-/// engine reads `tile` later: cp_async_bulk_wait_read says when it may be written again.
+/// `cp.reduce.async.bulk.tensor.3d` (qualifiers `.global.shared::cta`, `.add`, `.tile`,
+/// `.bulk_group`): adds the box of fp32 elements at `tile` (laid out as a load of `map` would
+/// land it, swizzle included) into the tensor `map` describes at element coordinates (c0, c1,
+/// c2), each element's addition whole (an atomic add in the L2 cache); elements outside the
+/// tensor are skipped. The copy engine reads `tile` later: bulk_wait_read says when it may be
+/// written again.
 __device__ inline void tma_reduce_add(const CUtensorMap* map, int c0, int c1, int c2, const void* tile) {
   asm volatile(
       "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
