@@ -18,7 +18,8 @@
 ///     (`cp.reduce.async.bulk.tensor … .add`): one instruction a box, no atomics issued
 ///     by the threads. A last kernel rounds scale · dQ into the 16-bit dQ.
 ///     `--deterministic` makes the blocks of a head take turns at each dQ_i, in the order
-///     of j, through a counter per query tile: the same sums in the same order every run.
+///     of j (causal: descending from the diagonal), through a counter per query tile: the
+///     same sums in the same order every run.
 ///
 /// Run: build/bin/step26_backward_hopper --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --backward --repeat 10
 ///      build/bin/step26_backward_hopper --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --backward --check
@@ -86,6 +87,7 @@ struct BackwardTiles {
   static constexpr int kDqCols = W / kConsumers;  // columns of dQ_i's term a warpgroup computes: wgmma's N
   static_assert(kRows * (2 * kSCols + 2 * kDCols) <= kAccumulatorRegisters, "S_ijᵀ, dP_ijᵀ, dK_j and dV_j spill");
   static_assert(Br % Bp == 0 && Bp % 16 == 0, "whole passes of whole A fragments");
+  static_assert(Bc % Br == 0, "K/V tile j's first query tile is j · B_c/B_r: the deterministic turns count on it");
   /// Shared memory, 2 bytes an element unless said: K_j, V_j (B_c, W); kStages × Q_i, dO_i
   /// (B_r, W); dS_ijᵀ (B_c, B_r); two tiles of dQ_i's term (B_r, W), fp32; kStages × L_i, D_i
   /// (B_r), fp32; + 1024 to align the swizzled tiles.
@@ -171,8 +173,11 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   const auto col = [&](int n) { return 8 * (n / 2) + 2 * col_lane + n % 2; };  // 2 neighbours per 8 columns
   // The K/V tiles of one (batch, head) are neighbours in the grid: they read the same Q_i, dO_i,
   // which the L2 cache then serves once for all of them.
+  // Deterministic and causal, in descending order of j: the turns at a query tile then run from
+  // the K/V tile on its diagonal down (below), and a block waits only for blocks launched before it.
   const int Tc = (n_kv + Bc - 1) / Bc, Tr = (n_q + Br - 1) / Br;
-  const int bh = int(blockIdx.x) / Tc, j = int(blockIdx.x) % Tc, kv0 = j * Bc;
+  const int bh = int(blockIdx.x) / Tc, kv_order = int(blockIdx.x) % Tc;
+  const int j = turns != nullptr && causal ? Tc - 1 - kv_order : kv_order, kv0 = j * Bc;
   const int i_first = causal ? kv0 / Br : 0;  // causal: query tiles that end before kv0 see none of the keys
 
   //! [shared memory]
@@ -367,9 +372,13 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     if (tid == 0) {
       // One thread adds the B_r × d term into dQ's accumulator, a box of 32 columns at a time,
       // each element's addition whole in the L2 cache; rows past N_q are skipped by TMA.
-      // Deterministic: after the K/V tiles before this one, so the sums run in the order of j.
+      // Deterministic: after the K/V tiles before this one, so the sums run in the order of j;
+      // causal, in descending order from j = i·B_r/B_c, the last K/V tile that sees Q_i: each
+      // block's first tiles are then its turn at once, where ascending turns would make block j
+      // wait for block 0 to reach its diagonal.
       if (turns != nullptr) {
-        while (load_acquire(turns + size_t(bh) * Tr + i) != j) {}
+        const int turn = causal ? min((n_kv - 1) / Bc, i * Br / Bc) - j : j;  // T_c − 1 from n_kv: no register held
+        while (load_acquire(turns + size_t(bh) * Tr + i) != turn) {}
         ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_global);
       }
 #pragma unroll
