@@ -60,7 +60,7 @@ static_assert(kConsumerThreads * kConsumerRegisters + common::cuda::kWarpgroupTh
               "the register budget: the consumers' registers come from those the producer gives back");
 // The register budget: of a consumer thread's registers, its fp32 accumulators of S_ijᵀ, dP_ijᵀ,
 // dK_j and dV_j take at most this many; the rest hold fragments, addresses and temporaries.
-constexpr int kAccumulatorRegisters = 160;
+constexpr int kAccumulatorRegisters = 192;
 constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i: tile i + 1 lands while tile i is computed
 constexpr int kDsReady = 1;  // named barrier: both warpgroups' dS_ijᵀ are in shared memory
 constexpr int kDqReady = 2;  // named barrier: both halves of dQ_i's term are in shared memory
@@ -71,22 +71,18 @@ using HeadDims = common::cuda::HeadDims<64, 96, 128>;  // as the forward
 /// The backward's tiles for head dimension d: B_c = 2 warpgroups · 64 keys, B_r = 64
 /// queries (one 128-byte row of dS_ijᵀ, which wgmma reads as dS_ij). W = d in whole
 /// 64-element box rows (d = 96: 128, TMA's zeros past d). A consumer thread holds
-/// 2 rows × B_p/4 of S_ijᵀ and of dP_ijᵀ and 2 rows × W/4 of dK_j and of dV_j in fp32
-/// registers: B_p + W = 128 at d = 64, 160 from d = 96 on (B_p = 32). dQ_i's term,
-/// B_r × W, is split by columns between the warpgroups.
+/// 2 rows × B_r/4 of S_ijᵀ and of dP_ijᵀ and 2 rows × W/4 of dK_j and of dV_j in fp32
+/// registers: 128 at d = 64, 192 from d = 96 on. dQ_i's term, B_r × W, is split by
+/// columns between the warpgroups.
 template <int d>
 struct BackwardTiles {
   static constexpr int W = (d + common::tma::kBoxCols - 1) / common::tma::kBoxCols * common::tma::kBoxCols;
   static constexpr int Bc = kConsumers * common::cuda::kWarpgroupRows;  // keys: 128
-  static constexpr int Br = common::tma::kBoxCols;  // queries: 64
-  /// S_ijᵀ and dP_ijᵀ are computed in passes of B_p queries, as step 25's: as many as the
-  /// registers hold beside dK_j and dV_j.
-  static constexpr int Bp = W <= 64 ? 64 : 32;
-  static constexpr int kSCols = Bp / kColLanes;  // columns of S_ijᵀ, dP_ijᵀ a thread owns in each row
+  static constexpr int Br = common::tma::kBoxCols;  // queries: 64, wgmma's N for S_ijᵀ and dP_ijᵀ
+  static constexpr int kSCols = Br / kColLanes;  // columns of S_ijᵀ, dP_ijᵀ a thread owns in each row
   static constexpr int kDCols = W / kColLanes;  // columns of dK_j, dV_j a thread owns in each row
   static constexpr int kDqCols = W / kConsumers;  // columns of dQ_i's term a warpgroup computes: wgmma's N
   static_assert(kRows * (2 * kSCols + 2 * kDCols) <= kAccumulatorRegisters, "S_ijᵀ, dP_ijᵀ, dK_j and dV_j spill");
-  static_assert(Br % Bp == 0 && Bp % 16 == 0, "whole passes of whole A fragments");
   static_assert(Bc % Br == 0, "K/V tile j's first query tile is j · B_c/B_r: the deterministic turns count on it");
   /// Shared memory, 2 bytes an element unless said: K_j, V_j (B_c, W); kStages × Q_i, dO_i
   /// (B_r, W); dS_ijᵀ (B_c, B_r); two tiles of dQ_i's term (B_r, W), fp32; kStages × L_i, D_i
@@ -251,85 +247,81 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     const float next_stat = stat(i + 1);  // tile i + 1's, loaded now, stored once this tile's are read
     barrier_wait(&full[stage], (n / kStages) % 2);  // Q_i and dO_i have landed
 
+    //! [S and dP]
+    // Lines 10 and 13, transposed: S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ = V_j dO_iᵀ, per 16 of d one
+    // wgmma of the warpgroup's 64 keys (A) by the B_r queries (B), both K-major in shared
+    // memory. One pass for all B_r queries: at N = 64 a wgmma reads 2 bytes of shared memory
+    // per 32 multiply-adds, at N = 32 it would read 3 (docs/results/runs/step26_variants.txt).
+    float S[kRows][Bt::kSCols] = {}, dP[kRows][Bt::kSCols] = {};
+    fence_operand(S);
+    fence_operand(dP);
+    wgmma_fence();
 #pragma unroll
-    for (int p = 0; p < Br; p += Bt::Bp) {  // the queries of Q_i in passes of B_p
-      //! [S and dP]
-      // Lines 10 and 13, transposed: S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ = V_j dO_iᵀ for queries p …
-      // p + B_p − 1, per 16 of d one wgmma of the warpgroup's 64 keys (A) by the B_p queries
-      // (B), both K-major in shared memory.
-      float S[kRows][Bt::kSCols] = {}, dP[kRows][Bt::kSCols] = {};
-      fence_operand(S);
-      fence_operand(dP);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < d; k += 16) {
-        wgmma_ss<T, Bt::Bp>(S, k_major_sw128(shared_address(Kw), Bc, k),
-                            k_major_sw128(shared_address(Qi + p * kBoxCols), Br, k), common::cuda::kAccumulate);
-        wgmma_ss<T, Bt::Bp>(dP, k_major_sw128(shared_address(Vw), Bc, k),
-                            k_major_sw128(shared_address(dOi + p * kBoxCols), Br, k), common::cuda::kAccumulate);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();  // S_ijᵀ, dP_ijᵀ are in (and the last pass's dV_j, dK_j products)
-      fence_operand(S);
-      fence_operand(dP);
-      //! [S and dP]
-
-      //! [P and dS]
-      // Lines 11 and 14 as step 25's: P_ijᵀ = exp(scale · S_ijᵀ − L_i) (no running max: L_i is
-      // final), masked to 0 past N_q, past N_kv and above the causal diagonal; dS_ijᵀ = P_ijᵀ ∘
-      // (dP_ijᵀ − D_i). Rounded to T in pairs: the A fragments of the next products.
-      const bool masked = q0 + Br > n_q || kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0);
-#pragma unroll
-      for (int c = 0; c < Bt::kSCols; ++c) {
-        const int q = p + col(c);  // this column's query in Q_i
-        const float L = Li[q], D = Di[q];
-#pragma unroll
-        for (int t = 0; t < kRows; ++t) {
-          const int key = kv0 + wg * common::cuda::kWarpgroupRows + row(t);
-          const bool visible = !masked || (q0 + q < n_q && key < n_kv && !(causal && key > q0 + q));
-          const float e = visible ? common::cuda::exp2_ftz(fmaf(S[t][c], scale, -L) * common::cuda::kLog2e) : 0.0f;
-          S[t][c] = e;
-          dP[t][c] = e * (dP[t][c] - D);
-        }
-      }
-      uint32_t P16[Bt::Bp / 16][4], dS16[Bt::Bp / 16][4];  // P_ijᵀ, dS_ijᵀ: wgmma's A fragments, 16 queries each
-#pragma unroll
-      for (int m = 0; m < Bt::Bp / 16; ++m) {
-        const int n0 = 4 * m;  // this thread's first column index among queries p + 16m … + 15
-        P16[m][0] = common::cuda::pack2<T>(S[0][n0], S[0][n0 + 1]);
-        P16[m][1] = common::cuda::pack2<T>(S[1][n0], S[1][n0 + 1]);
-        P16[m][2] = common::cuda::pack2<T>(S[0][n0 + 2], S[0][n0 + 3]);
-        P16[m][3] = common::cuda::pack2<T>(S[1][n0 + 2], S[1][n0 + 3]);
-        dS16[m][0] = common::cuda::pack2<T>(dP[0][n0], dP[0][n0 + 1]);
-        dS16[m][1] = common::cuda::pack2<T>(dP[1][n0], dP[1][n0 + 1]);
-        dS16[m][2] = common::cuda::pack2<T>(dP[0][n0 + 2], dP[0][n0 + 3]);
-        dS16[m][3] = common::cuda::pack2<T>(dP[1][n0 + 2], dP[1][n0 + 3]);
-        // dS_ijᵀ into shared memory, a key's B_r queries one swizzled 128-byte row: register r
-        // is row(r % 2), queries p + col(n0 + 2 · (r / 2)) and the next, one 4-byte store, in
-        // 16-byte chunk (p + 16m + 8 · (r / 2)) / 8 XOR row_lane (the key's row % 8).
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          *reinterpret_cast<uint32_t*>(ds_row + (r % 2) * 8 * 128 +
-                                       (swizzled ^ 16 * ((p + 16 * m + 8 * (r / 2)) / 8))) = dS16[m][r];
-        }
-      }
-      //! [P and dS]
-
-      //! [dV and dK]
-      // Lines 12 and 16: dV_j += P_ijᵀ dO_i, dK_j += dS_ijᵀ Q_i (scaled at the end) over the
-      // pass's queries: A from registers, B (dO_i, Q_i) MN-major in shared memory, as V_j is
-      // for step 22's P̃_ij V_j.
-      fence_operand(dKj);
-      fence_operand(dVj);
-      wgmma_fence();
-#pragma unroll
-      for (int c = 0; c < Bt::Bp; c += 16) {
-        wgmma_rs<T, W>(dVj, P16[c / 16], mn_major_sw128(shared_address(dOi), Br, p + c), common::cuda::kAccumulate);
-        wgmma_rs<T, W>(dKj, dS16[c / 16], mn_major_sw128(shared_address(Qi), Br, p + c), common::cuda::kAccumulate);
-      }
-      wgmma_commit();
-      //! [dV and dK]
+    for (int k = 0; k < d; k += 16) {
+      wgmma_ss<T, Br>(S, k_major_sw128(shared_address(Kw), Bc, k), k_major_sw128(shared_address(Qi), Br, k),
+                      common::cuda::kAccumulate);
+      wgmma_ss<T, Br>(dP, k_major_sw128(shared_address(Vw), Bc, k), k_major_sw128(shared_address(dOi), Br, k),
+                      common::cuda::kAccumulate);
     }
+    wgmma_commit();
+    wgmma_wait<0>();  // S_ijᵀ, dP_ijᵀ are in
+    fence_operand(S);
+    fence_operand(dP);
+    //! [S and dP]
+
+    //! [P and dS]
+    // Lines 11 and 14 as step 25's: P_ijᵀ = exp(scale · S_ijᵀ − L_i) (no running max: L_i is
+    // final), masked to 0 past N_q, past N_kv and above the causal diagonal; dS_ijᵀ = P_ijᵀ ∘
+    // (dP_ijᵀ − D_i). Rounded to T in pairs: the A fragments of the next products.
+    const bool masked = q0 + Br > n_q || kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0);
+#pragma unroll
+    for (int c = 0; c < Bt::kSCols; ++c) {
+      const int q = col(c);  // this column's query in Q_i
+      const float L = Li[q], D = Di[q];
+#pragma unroll
+      for (int t = 0; t < kRows; ++t) {
+        const int key = kv0 + wg * common::cuda::kWarpgroupRows + row(t);
+        const bool visible = !masked || (q0 + q < n_q && key < n_kv && !(causal && key > q0 + q));
+        const float e = visible ? common::cuda::exp2_ftz(fmaf(S[t][c], scale, -L) * common::cuda::kLog2e) : 0.0f;
+        S[t][c] = e;
+        dP[t][c] = e * (dP[t][c] - D);
+      }
+    }
+    uint32_t P16[Br / 16][4], dS16[Br / 16][4];  // P_ijᵀ, dS_ijᵀ: wgmma's A fragments, 16 queries each
+#pragma unroll
+    for (int m = 0; m < Br / 16; ++m) {
+      const int n0 = 4 * m;  // this thread's first column index among queries 16m … 16m + 15
+      P16[m][0] = common::cuda::pack2<T>(S[0][n0], S[0][n0 + 1]);
+      P16[m][1] = common::cuda::pack2<T>(S[1][n0], S[1][n0 + 1]);
+      P16[m][2] = common::cuda::pack2<T>(S[0][n0 + 2], S[0][n0 + 3]);
+      P16[m][3] = common::cuda::pack2<T>(S[1][n0 + 2], S[1][n0 + 3]);
+      dS16[m][0] = common::cuda::pack2<T>(dP[0][n0], dP[0][n0 + 1]);
+      dS16[m][1] = common::cuda::pack2<T>(dP[1][n0], dP[1][n0 + 1]);
+      dS16[m][2] = common::cuda::pack2<T>(dP[0][n0 + 2], dP[0][n0 + 3]);
+      dS16[m][3] = common::cuda::pack2<T>(dP[1][n0 + 2], dP[1][n0 + 3]);
+      // dS_ijᵀ into shared memory, a key's B_r queries one swizzled 128-byte row: register r
+      // is row(r % 2), queries col(n0 + 2 · (r / 2)) and the next, one 4-byte store, in
+      // 16-byte chunk 2m + r / 2 XOR row_lane (the key's row % 8).
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        *reinterpret_cast<uint32_t*>(ds_row + (r % 2) * 8 * 128 + (swizzled ^ 16 * (2 * m + r / 2))) = dS16[m][r];
+      }
+    }
+    //! [P and dS]
+
+    //! [dV and dK]
+    // Lines 12 and 16: dV_j += P_ijᵀ dO_i, dK_j += dS_ijᵀ Q_i (scaled at the end): A from
+    // registers, B (dO_i, Q_i) MN-major in shared memory, as V_j is for step 22's P̃_ij V_j.
+    fence_operand(dKj);
+    fence_operand(dVj);
+    wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < Br; c += 16) {
+      wgmma_rs<T, W>(dVj, P16[c / 16], mn_major_sw128(shared_address(dOi), Br, c), common::cuda::kAccumulate);
+      wgmma_rs<T, W>(dKj, dS16[c / 16], mn_major_sw128(shared_address(Qi), Br, c), common::cuda::kAccumulate);
+    }
+    wgmma_commit();
+    //! [dV and dK]
 
     //! [dQ]
     // Line 15: dQ_i += scale · dS_ij K_j. dS_ijᵀ's stores reach wgmma (the async proxy), and
