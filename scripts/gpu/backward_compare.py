@@ -22,6 +22,9 @@ check_pytorch.py's time_sustained(), in this one process:
             SDPA's autograd formula calls (the arguments of FLASH's and CUDNN's are read from
             the installed torch's schema: they change between versions). Each allocates its
             dQ, dK, dV, as in training.
+  forward_backward
+            the forward call, then the backward call: one training step's attention
+            (the backward on the outputs saved before, the same work as on the new ones).
   autograd  torch.autograd.grad of one forward's O (kept with retain_graph) for the same
             dO, each SDPA backend forced by sdpa_kernel: the backward as a user's
             loss.backward() reaches it, autograd's own work included.
@@ -35,11 +38,11 @@ capture runs on the forward's stream, which the capture does not own. An SDPA ba
 fails (it refuses the shape, or this torch's operator takes other arguments) is recorded as
 a note in its rows, and the others are still timed.
 
-TFLOP/s: 4*B*H*N_q*N_kv*d for the forward, 2.5 x that for backward and autograd, halved
-when causal (common/'s counts). Before timing, the step's O and gradients are compared
-with SDPA's first backend's (EFFICIENT for fp32, FLASH for bf16 and fp16;
-max_abs_diff_vs_sdpa: a sanity check); a non-finite O, L or gradient of the step is a
-failure.
+TFLOP/s: 4*B*H*N_q*N_kv*d for the forward, 2.5 x that for backward and autograd, 3.5 x
+for forward_backward, halved when causal (common/'s counts). Before timing, the step's O
+and gradients are compared with SDPA's first backend's (EFFICIENT for fp32, FLASH for
+bf16 and fp16; max_abs_diff_vs_sdpa: a sanity check); a non-finite O, L or gradient of
+the step is a failure.
 Writes CSV row by row (columns gpu, date, commit, dtype, method, kernel, batch, heads, N,
 d, causal, calls, reps, median_ms, tflops, max_abs_diff_vs_sdpa, note; dtype fp32, bf16 or
 fp16; kernel is "<name>:<call>", e.g. "step24_backward_fp32:backward",
@@ -66,7 +69,7 @@ BASELINES = {"fp32": [("sdpa_efficient", "EFFICIENT_ATTENTION", "_scaled_dot_pro
              "bf16": SDPA_16BIT, "fp16": SDPA_16BIT}
 # The dtypes as Step.dtypes spells them.
 STEP_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-CALLS = ("forward", "backward", "autograd")
+CALLS = ("forward", "backward", "forward_backward", "autograd")
 FIELDS = ["gpu", "date", "commit", "dtype", "method", "kernel", "batch", "heads", "N", "d", "causal", "calls", "reps",
           "median_ms", "tflops", "max_abs_diff_vs_sdpa", "note"]
 NOT_CAPTURED = ("back_to_back only: autograd's backward of a graph recorded outside a capture runs on the "
@@ -74,10 +77,10 @@ NOT_CAPTURED = ("back_to_back only: autograd's backward of a graph recorded outs
 
 
 def flops(call, n, d, causal):
-    """FLOPs of one call at B, H, N_q = N_kv = n: check_pytorch.py's count of the forward, x 2.5 for a backward."""
+    """FLOPs of one call at B, H, N_q = N_kv = n: check_pytorch.py's count of the forward, x 2.5 for a backward,
+    x 3.5 for both."""
     from check_pytorch import flops as forward_flops  # imports torch: only called once timing has begun
-    forward = forward_flops(B, H, n, d, causal)
-    return forward if call == "forward" else 2.5 * forward
+    return forward_flops(B, H, n, d, causal) * {"forward": 1.0, "forward_backward": 3.5}.get(call, 2.5)
 
 
 def csv_rows(common, kernel, call, n, d, causal, timed, diff=None, note=""):
@@ -189,6 +192,7 @@ def sdpa_calls(backend, aten_op, q, k, v, d_o, leaves, causal):
                                   cum_seq_q=cum_seq_q, cum_seq_k=cum_seq_k, max_q=max_q, max_k=max_k, dropout_p=0.0,
                                   is_causal=causal, philox_seed=seed, philox_offset=offset, attn_bias=None)
         calls = {"forward": lambda: forward(*forward_args), "backward": lambda: backward(*backward_args)}
+    calls["forward_backward"] = lambda: (calls["forward"](), calls["backward"]())
     sdpa_grads = calls["backward"]()[:3]
     with torch.enable_grad(), sdpa_kernel(getattr(SDPBackend, backend)):
         graph_sdpa = F.scaled_dot_product_attention(*leaves, is_causal=causal)
@@ -223,6 +227,7 @@ def measure(fsp, name, dtype, n, d, causal, common, log):
     mine = {"forward": lambda: step_op(q, k, v, causal, None),
             "backward": lambda: step_backward(q, k, v, o, lse, d_o, causal, None, False),
             "autograd": lambda: torch.autograd.grad(graph_o, leaves, d_o, retain_graph=True)}
+    mine["forward_backward"] = lambda: (mine["forward"](), mine["backward"]())
 
     # SDPA's backends for the dtype; the step's O and gradients are compared with the first's, the difference taken
     # in fp32 (exact for 16-bit values; .float() of an fp32 tensor is the tensor itself).
@@ -234,7 +239,7 @@ def measure(fsp, name, dtype, n, d, causal, common, log):
             torch.cuda.synchronize()
             if kernel == baselines[0][0]:
                 diffs["forward"] = (o.float() - sdpa_o.float()).abs().max().item()
-                diffs["backward"] = diffs["autograd"] = max((a.float() - b.float()).abs().max().item()
+                diffs["backward"] = diffs["forward_backward"] = diffs["autograd"] = max((a.float() - b.float()).abs().max().item()
                                                             for a, b in zip(grads, sdpa_grads))
             del sdpa_o, sdpa_grads
         except Exception as e:  # noqa: BLE001 - SDPA refusing is recorded, and the step is still timed
