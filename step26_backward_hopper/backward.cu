@@ -13,10 +13,11 @@
 ///     step 22's P̃_ij is the A operand of P̃_ij V_j.
 ///  3. dQ_i += dS_ij K_j needs dS_ij by queries: dS_ijᵀ goes to shared memory, where wgmma
 ///     reads it transposed (MN-major); each warpgroup computes half of dQ_i's columns
-///     over all B_c keys, writes them into a shared-memory tile, and one thread adds the
-///     tile into an fp32 accumulator in HBM with a TMA reduction
-///     (`cp.reduce.async.bulk.tensor … .add`): one instruction a box, no atomics issued
-///     by the threads. A last kernel rounds scale · dQ into the 16-bit dQ.
+///     over all B_c keys and writes them into a shared-memory tile; a dQ writer, one thread
+///     of the producer warpgroup, adds the tile into an fp32 accumulator in HBM with a TMA
+///     reduction (`cp.reduce.async.bulk.tensor … .add`: one instruction a box, no atomics
+///     issued by the threads) while the consumers go on to the next query tile. A last
+///     kernel rounds scale · dQ into the 16-bit dQ.
 ///     `--deterministic` makes the blocks of a head take turns at each dQ_i, in the order
 ///     of j (causal: descending from the diagonal), through a counter per query tile: the
 ///     same sums in the same order every run.
@@ -187,20 +188,62 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   auto dQbuf = reinterpret_cast<float*>(dSt + Bc * Br);  // 2 × dQ_i's term: (B_r, W), W/32 boxes of 128-byte rows
   float* stats = dQbuf + 2 * Br * W;  // kStages × (L_i, D_i): (2, B_r)
   __shared__ uint64_t kv_full, full[kStages], empty[kStages];  // K_j and V_j, Q_i and dO_i have landed; a stage is free
+  __shared__ uint64_t dq_full[2], dq_empty[2];  // a tile of dQ_i's term is written; its reduction has read it
   //! [shared memory]
 
   if (tid == 0) {
     barrier_init(&kv_full, 2);  // two arrivals: K_j's and V_j's expected bytes
     for (uint64_t& barrier : full) barrier_init(&barrier, 1);
     for (uint64_t& barrier : empty) barrier_init(&barrier, kConsumerWarps);  // one arrival a consumer warp
+    for (uint64_t& barrier : dq_full) barrier_init(&barrier, 1);
+    for (uint64_t& barrier : dq_empty) barrier_init(&barrier, 1);
     common::cuda::barrier_init_fence();
   }
   __syncthreads();
 
+  //! [dQ writer]
+  // The dQ writer adds each query tile's term, once the consumers have written both halves of it
+  // into shared memory tile n % 2, into dQ's accumulator: a box of 32 columns at a time, each
+  // element's addition whole in the L2 cache, rows past N_q skipped by TMA. The consumers go on
+  // to the next tile meanwhile; the writer gives tile n % 2 back once the reduction has read it.
+  const auto dq_writer = [&] {
+    for (int i = i_first, n = 0; i < Tr; ++i, ++n) {
+      barrier_wait(&dq_full[n % 2], (n / 2) % 2);
+      // Deterministic: after the K/V tiles before this one, so the sums run in the order of j;
+      // causal, in descending order from j = i·B_r/B_c, the last K/V tile that sees Q_i: each
+      // block's first tiles are then its turn at once, where ascending turns would make block j
+      // wait for block 0 to reach its diagonal.
+      if (turns != nullptr) {
+        const int turn = causal ? min((n_kv - 1) / Bc, i * Br / Bc) - j : j;  // T_c − 1 from n_kv
+        while (load_acquire(turns + size_t(bh) * Tr + i) != turn) {}
+        ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_global);
+      }
+#pragma unroll
+      for (int b = 0; b * kAccumulatorBoxCols < d; ++b) {
+        common::cuda::tma_reduce_add(&dQ_map, b * kAccumulatorBoxCols, i * Br, bh,
+                                     dQbuf + (n % 2) * Br * W + b * Br * kAccumulatorBoxCols);
+      }
+      common::cuda::bulk_commit();
+      if (turns != nullptr) {
+        common::cuda::bulk_wait<0>();  // the sums are done before the next K/V tile's turn
+        ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_global);
+        __threadfence();
+        atomicAdd(turns + size_t(bh) * Tr + i, 1);
+      } else {
+        common::cuda::bulk_wait_read<0>();  // the reduction has read tile n % 2
+      }
+      barrier_arrive(&dq_empty[n % 2]);
+    }
+    common::cuda::bulk_wait<0>();  // the last reductions are done before the block ends
+  };
+  //! [dQ writer]
+
   //! [producer]
-  // The producer: line 6 once, then line 9 for each query tile into the stages as they free up.
+  // The producer warpgroup. Its first thread loads: line 6 once, then line 9 for each query
+  // tile into the stages as they free up. Its next warp's first thread is the dQ writer (below).
   if (warp >= kConsumerWarps) {
     common::cuda::registers_down<kProducerRegisters>();
+    if (tid == kConsumerThreads + kWarpSize) dq_writer();
     if (tid != kConsumerThreads) return;
     common::cuda::tma_load_tile<W, Bc>(Kj, &K_map, kv0, bh, &kv_full);
     common::cuda::tma_load_tile<W, Bc>(Vj, &V_map, kv0, bh, &kv_full);
@@ -345,9 +388,10 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     fence_operand(dVj);
     if (lane == 0) barrier_arrive(&empty[stage]);  // this warp is done with the stage: the producer may refill it
     // The term into shared memory, fp32, laid out as TMA's 128-byte swizzle lays out boxes
-    // of 32 columns; tile n % 2, whose reduction two tiles ago has read it (below).
+    // of 32 columns; tile n % 2, once the writer's reduction two tiles ago has read it.
     // Columns dq_col0 + col(c) and the next, one 8-byte store: box (dq_col0 + 8 · (c/2)) / 32,
     // 16-byte chunk 2 · ((c/2) % 4) + col_lane / 2 XOR row_lane (the row's row % 8).
+    if (n >= 2) barrier_wait(&dq_empty[n % 2], (n / 2 - 1) % 2);
     float* dQs = dQbuf + (n % 2) * Br * W;
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
@@ -361,36 +405,10 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     }
     fence_async_shared();
     named_barrier_sync(kDqReady, kConsumerThreads);  // both halves are in; both warpgroups are done with dS_ijᵀ
-    if (tid == 0) {
-      // One thread adds the B_r × d term into dQ's accumulator, a box of 32 columns at a time,
-      // each element's addition whole in the L2 cache; rows past N_q are skipped by TMA.
-      // Deterministic: after the K/V tiles before this one, so the sums run in the order of j;
-      // causal, in descending order from j = i·B_r/B_c, the last K/V tile that sees Q_i: each
-      // block's first tiles are then its turn at once, where ascending turns would make block j
-      // wait for block 0 to reach its diagonal.
-      if (turns != nullptr) {
-        const int turn = causal ? min((n_kv - 1) / Bc, i * Br / Bc) - j : j;  // T_c − 1 from n_kv: no register held
-        while (load_acquire(turns + size_t(bh) * Tr + i) != turn) {}
-        ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_global);
-      }
-#pragma unroll
-      for (int b = 0; b * kAccumulatorBoxCols < d; ++b) {
-        common::cuda::tma_reduce_add(&dQ_map, b * kAccumulatorBoxCols, q0, bh, dQs + b * Br * kAccumulatorBoxCols);
-      }
-      common::cuda::bulk_commit();
-      if (turns != nullptr) {
-        common::cuda::bulk_wait<0>();  // the sums are done before the next K/V tile's turn
-        ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_global);
-        __threadfence();
-        atomicAdd(turns + size_t(bh) * Tr + i, 1);
-      } else {
-        common::cuda::bulk_wait_read<1>();  // tile n − 1's reduction has read its tile: n + 1 may write it
-      }
-    }
+    if (tid == 0) barrier_arrive(&dq_full[n % 2]);  // to the dQ writer
     //! [dQ]
   }
-  if (tid == 0) common::cuda::bulk_wait<0>();  // the last reductions are done before the block ends
-    // Line 18: write dK_j (scaled), dV_j once, rounded to T: two neighbouring columns in one 4-byte store.
+  // Line 18: write dK_j (scaled), dV_j once, rounded to T: two neighbouring columns in one 4-byte store.
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
     const int key = kv0 + wg * common::cuda::kWarpgroupRows + row(t);
