@@ -117,6 +117,24 @@ has4 "^| 1024 | 128 | causal | 80.0 | 64.0 | 0.80 | 40.0 | 0.62 | 60.0 | 50.0 | 
 has4 "SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backward (bf16)" "the 16-bit table does not name the backends"
 grep -q "^| 1024 | 64 | none | 40.0 | 32.0 | 0.80 | 20.0 | 0.62 | 30.0 | 24.0 | 1.25 |$" "$tmp/step03_x/README.md" ||
   { echo "FAIL: the fp32 table changed when a 16-bit file came"; failures=$((failures + 1)); }
+grep -q "Forward and backward" "$tmp/step04_x/README.md" &&
+  { echo "FAIL: a forward + backward table without forward_backward rows"; failures=$((failures + 1)); }
+# With forward_backward rows in the same-run file (and back_to_back ones, which the table's
+# method leaves out): a second table, the operator beside each backend with its ratio; a
+# backend without a row at that point shows dashes.
+{
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,step04_x:forward_backward,4,16,1024,128,1,9,5,1.0,90,1e-3,"
+  echo "$gpu,2026-01-04,def,bf16,back_to_back,step04_x:forward_backward,4,16,1024,128,1,9,5,1.0,11,1e-3,"
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,sdpa_flash:forward_backward,4,16,1024,128,1,9,5,1.0,60,,"
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,sdpa_cudnn:forward_backward,4,16,1024,128,1,9,5,1.0,150,,"
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,step04_x:forward_backward,4,16,1024,64,0,9,5,1.0,70,1e-3,"
+  echo "$gpu,2026-01-04,def,bf16,cuda_graph,sdpa_flash:forward_backward,4,16,1024,64,0,9,5,1.0,35,,"
+} >>"$tmp/docs/results/current/backward_compare_bf16_H100_2026-01-04.csv"
+python3 "$render" "$tmp" >/dev/null
+has4 "^| 1024 | 128 | causal | 90.0 | 60.0 | 1.50 | 150.0 | 0.60 |$" "the forward + backward table beside FLASH and CUDNN"
+has4 "^| 1024 | 64 | none | 70.0 | 35.0 | 2.00 | — | — |$" "a forward + backward point with no cuDNN row"
+has4 "^| 1024 | 128 | causal | 80.0 | 64.0 | 0.80 | 40.0 | 0.62 | 60.0 | 50.0 | 1.20 | 120.0 | 0.50 |$" \
+  "the backward table changed when forward + backward rows came"
 # The speed blocks of docs/measuring_speed.md: a single launch from a sample run beside the two
 # sustained methods of the same kernel and shape, a comparison file's SDPA rows and last step,
 # and the per-call file, which says it is not measured yet until it exists.
