@@ -76,27 +76,26 @@ __device__ void tma_load_tile(T* tile, const CUtensorMap* map, int row0, int bh,
 /// tensor are skipped. The copy engine reads `tile` later: bulk_wait_read says when it may be
 /// written again.
 __device__ inline void tma_reduce_add(const CUtensorMap* map, int c0, int c1, int c2, const void* tile) {
-  asm volatile(
-      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
-      "r"(c0), "r"(c1), "r"(c2), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(tile)))
-      : "memory");
+  const int32_t coords[3] = {c0, c1, c2};
+  ::cuda::ptx::cp_reduce_async_bulk_tensor(::cuda::ptx::space_global, ::cuda::ptx::space_shared, ::cuda::ptx::op_add,
+                                           map, coords, tile);
 }
 
 /// `cp.async.bulk.commit_group`: closes the group of this thread's bulk operations issued so far.
-__device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ inline void bulk_commit() { ::cuda::ptx::cp_async_bulk_commit_group(); }
 
 /// `cp.async.bulk.wait_group.read N`: waits until at most N of this thread's committed bulk
 /// groups are still reading shared memory: the tiles of the others may be written again.
 template <int kPending>
 __device__ inline void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+  ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<kPending>{});
 }
 
 /// `cp.async.bulk.wait_group N`: waits until at most N of this thread's committed bulk groups
 /// are still running: the others' writes to global memory are done.
 template <int kPending>
 __device__ inline void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+  ::cuda::ptx::cp_async_bulk_wait_group(::cuda::ptx::n32_t<kPending>{});
 }
 
 /// `fence.proxy.async.shared::cta`: this thread's ordinary stores to shared memory become
