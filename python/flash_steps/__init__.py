@@ -81,6 +81,7 @@ __all__ = [
     "gpu_available",
     "gpu_steps",
     "backward_steps",
+    "capable_steps",
     "fastest_step",
     "reference_attention",
     "reference_backward",
@@ -416,13 +417,23 @@ def fastest_step(head_dim, dtype, compute_capability=0, *, backward=False):
     return _fastest(gpu_steps(), head_dim, dtype, compute_capability, backward)
 
 
+def capable_steps(head_dim, dtype, compute_capability=0, *, backward=False):
+    """The built GPU steps that take CUDA tensors of ``dtype`` with this head dimension on a GPU
+    of ``compute_capability`` (as fastest_step's arguments), in teaching order: fastest_step's
+    choice is the last."""
+    return _capable(gpu_steps(), head_dim, dtype, compute_capability, backward)
+
+
+def _capable(candidates, head_dim, dtype, compute_capability, backward):
+    return [s for s in candidates
+            if (s.has_backward if backward else not s.extends) and dtype in s.dtypes
+            and (not s.head_dims or head_dim in s.head_dims)
+            and (compute_capability == 0 or s.compute_capability in (0, compute_capability))]
+
+
 def _fastest(candidates, head_dim, dtype, compute_capability, backward):
-    for s in reversed(candidates):
-        if ((s.has_backward if backward else not s.extends) and dtype in s.dtypes
-                and (not s.head_dims or head_dim in s.head_dims)
-                and (compute_capability == 0 or s.compute_capability in (0, compute_capability))):
-            return s
-    return None
+    capable = _capable(candidates, head_dim, dtype, compute_capability, backward)
+    return capable[-1] if capable else None
 
 
 def step(key):

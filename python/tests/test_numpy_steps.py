@@ -258,6 +258,16 @@ def test_the_default_falls_back_to_the_fastest_step_that_takes_the_dtype_and_d(c
     assert (chosen.name if chosen else None) == expected
 
 
+def test_capable_steps_keep_the_ladder_order_and_end_with_the_fastest():
+    capable = flash_steps._capable(LADDER, 64, "bfloat16", 90, False)
+    assert [s.name for s in capable] == ["step14_block_order", "step21_tiles_by_head_dim"]
+    assert flash_steps._capable(LADDER, 64, "float32", 90, True) == [LADDER[3]]
+    assert flash_steps._capable(LADDER, 48, "bfloat16", 90, False) == []
+    assert flash_steps.capable_steps(64, "float32") == [
+        s for s in flash_steps.gpu_steps()
+        if not s.extends and "float32" in s.dtypes and (not s.head_dims or 64 in s.head_dims)]
+
+
 def test_fastest_step_looks_only_at_the_gpu_steps_of_this_build():
     chosen = flash_steps.fastest_step(64, "float32")
     expected = [s for s in flash_steps.gpu_steps() if not s.extends and "float32" in s.dtypes]
