@@ -69,20 +69,22 @@ constexpr int kColLanes = 4, kRows = 2;  // a warp's 16 rows: 8 × 4 lanes (row_
 using HeadDims = common::cuda::HeadDims<64, 96, 128>;  // as the forward
 
 //! [tiles]
-/// The backward's tiles for head dimension d: B_c = 2 warpgroups · 64 keys, B_r = 64
-/// queries (one 128-byte row of dS_ijᵀ, which wgmma reads as dS_ij). W = d in whole
-/// 64-element box rows (d = 96: 128, TMA's zeros past d). A consumer thread holds
-/// 2 rows × B_r/4 of S_ijᵀ and of dP_ijᵀ and 2 rows × W/4 of dK_j and of dV_j in fp32
-/// registers: 128 at d = 64, 192 from d = 96 on. dQ_i's term, B_r × W, is split by
-/// columns between the warpgroups.
+/// The backward's tiles for head dimension d: B_c = 2 warpgroups · 64 keys; W = d in whole
+/// 64-element box rows (d = 96: 128, TMA's zeros past d). A consumer thread holds 2 rows ×
+/// B_r/4 of S_ijᵀ and of dP_ijᵀ and 2 rows × W/4 of dK_j and of dV_j in fp32 registers,
+/// 192 in all: B_r = 128 queries at d = 64, 64 from d = 96 on. dQ_i's term, B_r × W, is
+/// split between the warpgroups: by queries (64 each, one wgmma's M) where B_r = 128, by
+/// columns (W/2 each) where B_r = 64.
 template <int d>
 struct BackwardTiles {
   static constexpr int W = (d + common::tma::kBoxCols - 1) / common::tma::kBoxCols * common::tma::kBoxCols;
   static constexpr int Bc = kConsumers * common::cuda::kWarpgroupRows;  // keys: 128
-  static constexpr int Br = common::tma::kBoxCols;  // queries: 64, wgmma's N for S_ijᵀ and dP_ijᵀ
+  static constexpr int Br =
+      W <= 64 ? 2 * common::tma::kBoxCols : common::tma::kBoxCols;  // queries: wgmma's N for S, dP
   static constexpr int kSCols = Br / kColLanes;  // columns of S_ijᵀ, dP_ijᵀ a thread owns in each row
   static constexpr int kDCols = W / kColLanes;  // columns of dK_j, dV_j a thread owns in each row
-  static constexpr int kDqCols = W / kConsumers;  // columns of dQ_i's term a warpgroup computes: wgmma's N
+  static constexpr bool kDqByQueries = Br == kConsumers * common::cuda::kWarpgroupRows;
+  static constexpr int kDqCols = kDqByQueries ? W : W / kConsumers;  // columns of dQ_i's term a warpgroup computes: N
   static_assert(kRows * (2 * kSCols + 2 * kDCols) <= kAccumulatorRegisters, "S_ijᵀ, dP_ijᵀ, dK_j and dV_j spill");
   static_assert(Bc % Br == 0, "K/V tile j's first query tile is j · B_c/B_r: the deterministic turns count on it");
   /// Shared memory, 2 bytes an element unless said: K_j, V_j (B_c, W); kStages × Q_i, dO_i
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   T* Vj = Kj + Bc * W;  // V_j: the same layout
   T* Qbuf = Vj + Bc * W;  // kStages × Q_i: (B_r, W)
   T* dObuf = Qbuf + kStages * Br * W;  // kStages × dO_i: (B_r, W)
-  T* dSt = dObuf + kStages * Br * W;  // dS_ijᵀ: (B_c, B_r), one swizzled 128-byte row a key
+  T* dSt = dObuf + kStages * Br * W;  // dS_ijᵀ: (B_c, B_r), B_r/64 column blocks of one swizzled 128-byte row a key
   auto dQbuf = reinterpret_cast<float*>(dSt + Bc * Br);  // 2 × dQ_i's term: (B_r, W), W/32 boxes of 128-byte rows
   float* stats = dQbuf + 2 * Br * W;  // kStages × (L_i, D_i): (2, B_r)
   __shared__ uint64_t kv_full, full[kStages], empty[kStages];  // K_j and V_j, Q_i and dO_i have landed; a stage is free
@@ -265,14 +267,17 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
   float dKj[kRows][Bt::kDCols] = {}, dVj[kRows][Bt::kDCols] = {};
   const T* Kw = Kj + wg * common::cuda::kWarpgroupRows * kBoxCols;  // this warpgroup's 64 rows of K_j, V_j
   const T* Vw = Vj + wg * common::cuda::kWarpgroupRows * kBoxCols;
-  const int dq_col0 = wg * Bt::kDqCols;  // the warpgroup's first column of dQ_i's term
+  // The warpgroup's part of dQ_i's term: its first query and its first column.
+  const int dq_query0 = Bt::kDqByQueries ? wg * common::cuda::kWarpgroupRows : 0;
+  const int dq_col0 = Bt::kDqByQueries ? 0 : wg * Bt::kDqCols;
+  const T* dS_cols = dSt + column_block(dq_query0 / kBoxCols, Bc);  // dS_ijᵀ's column block of those queries
   const T* Kcols = Kj + column_block(dq_col0 / kBoxCols, Bc) + dq_col0 % kBoxCols;  // K_j's columns for it
   // A thread's shared-memory stores of dS_ijᵀ and of dQ_i's term go to rows whose index % 8 is
   // row_lane, in 128-byte rows that TMA's swizzle permutes by 16-byte chunks (chunk XOR row % 8):
   // each store is a row's base plus (the thread's chunk offset XOR a constant of the unrolled loop).
   unsigned char* ds_row = reinterpret_cast<unsigned char*>(dSt) + (wg * common::cuda::kWarpgroupRows + row(0)) * 128;
   const int swizzled = 16 * row_lane + 4 * col_lane;
-  const int dq_row = row(0) * 128, dq_swizzled = 16 * (col_lane / 2 ^ row_lane) + 8 * (col_lane % 2);
+  const int dq_row = (dq_query0 + row(0)) * 128, dq_swizzled = 16 * (col_lane / 2 ^ row_lane) + 8 * (col_lane % 2);
   // L_i and D_i: the first 2·B_r consumer threads copy one value each from the padded arrays
   // into a stage, a tile ahead, between the named barriers every consumer meets anyway.
   const auto stat = [&](int i) {
@@ -315,25 +320,27 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     //! [P and dS]
     // Lines 11 and 14 as step 25's: P_ijᵀ = exp(scale · S_ijᵀ − L_i) (no running max: L_i is
     // final), masked to 0 past N_q, past N_kv and above the causal diagonal; dS_ijᵀ = P_ijᵀ ∘
-    // (dP_ijᵀ − D_i). Rounded to T in pairs: the A fragments of the next products.
+    // (dP_ijᵀ − D_i). Rounded to T in pairs: the A fragments of the next products, 16 queries
+    // at a time, so that each fp32 value is dead once packed (computed all first, then packed,
+    // they spilled at B_r = 128).
     const bool masked = q0 + Br > n_q || kv0 + Bc > n_kv || (causal && kv0 + Bc - 1 > q0);
-#pragma unroll
-    for (int c = 0; c < Bt::kSCols; ++c) {
-      const int q = col(c);  // this column's query in Q_i
-      const float L = Li[q], D = Di[q];
-#pragma unroll
-      for (int t = 0; t < kRows; ++t) {
-        const int key = kv0 + wg * common::cuda::kWarpgroupRows + row(t);
-        const bool visible = !masked || (q0 + q < n_q && key < n_kv && !(causal && key > q0 + q));
-        const float e = visible ? common::cuda::exp2_ftz(fmaf(S[t][c], scale, -L) * common::cuda::kLog2e) : 0.0f;
-        S[t][c] = e;
-        dP[t][c] = e * (dP[t][c] - D);
-      }
-    }
     uint32_t P16[Br / 16][4], dS16[Br / 16][4];  // P_ijᵀ, dS_ijᵀ: wgmma's A fragments, 16 queries each
 #pragma unroll
     for (int m = 0; m < Br / 16; ++m) {
       const int n0 = 4 * m;  // this thread's first column index among queries 16m … 16m + 15
+#pragma unroll
+      for (int c = n0; c < n0 + 4; ++c) {
+        const int q = col(c);  // this column's query in Q_i
+        const float L = Li[q], D = Di[q];
+#pragma unroll
+        for (int t = 0; t < kRows; ++t) {
+          const int key = kv0 + wg * common::cuda::kWarpgroupRows + row(t);
+          const bool visible = !masked || (q0 + q < n_q && key < n_kv && !(causal && key > q0 + q));
+          const float e = visible ? common::cuda::exp2_ftz(fmaf(S[t][c], scale, -L) * common::cuda::kLog2e) : 0.0f;
+          S[t][c] = e;
+          dP[t][c] = e * (dP[t][c] - D);
+        }
+      }
       P16[m][0] = common::cuda::pack2<T>(S[0][n0], S[0][n0 + 1]);
       P16[m][1] = common::cuda::pack2<T>(S[1][n0], S[1][n0 + 1]);
       P16[m][2] = common::cuda::pack2<T>(S[0][n0 + 2], S[0][n0 + 3]);
@@ -342,12 +349,14 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
       dS16[m][1] = common::cuda::pack2<T>(dP[1][n0], dP[1][n0 + 1]);
       dS16[m][2] = common::cuda::pack2<T>(dP[0][n0 + 2], dP[0][n0 + 3]);
       dS16[m][3] = common::cuda::pack2<T>(dP[1][n0 + 2], dP[1][n0 + 3]);
-      // dS_ijᵀ into shared memory, a key's B_r queries one swizzled 128-byte row: register r
-      // is row(r % 2), queries col(n0 + 2 · (r / 2)) and the next, one 4-byte store, in
-      // 16-byte chunk 2m + r / 2 XOR row_lane (the key's row % 8).
+      // dS_ijᵀ into shared memory, a key's B_r queries one swizzled 128-byte row a column
+      // block of 64: register r is row(r % 2), queries col(n0 + 2 · (r / 2)) and the next, one
+      // 4-byte store, in block m / 4, 16-byte chunk 2 (m % 4) + r / 2 XOR row_lane (the key's
+      // row % 8).
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        *reinterpret_cast<uint32_t*>(ds_row + (r % 2) * 8 * 128 + (swizzled ^ 16 * (2 * m + r / 2))) = dS16[m][r];
+        *reinterpret_cast<uint32_t*>(ds_row + m / 4 * (Bc * 128) + (r % 2) * 8 * 128 +
+                                     (swizzled ^ 16 * (2 * (m % 4) + r / 2))) = dS16[m][r];
       }
     }
     //! [P and dS]
@@ -368,8 +377,8 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
 
     //! [dQ]
     // Line 15: dQ_i += scale · dS_ij K_j. dS_ijᵀ's stores reach wgmma (the async proxy), and
-    // both warpgroups' keys are in, before either reads them; each computes W/2 columns of
-    // the term over all B_c keys, A = dS_ij and B = K_j both MN-major.
+    // both warpgroups' keys are in, before either reads them; each computes its part of the
+    // term (64 queries, or W/2 columns) over all B_c keys, A = dS_ij and B = K_j both MN-major.
     fence_async_shared();
     named_barrier_sync(kDsReady, kConsumerThreads);  // … and every consumer has read L_i, D_i
     if (tid < 2 * Br) stats[(n + 1) % kStages * 2 * Br + tid] = next_stat;  // read after kDqReady below
@@ -378,7 +387,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < Bc; k += 16) {
-      wgmma_ss_mn<T, Bt::kDqCols>(dQi, mn_major_sw128(shared_address(dSt), Bc, k),
+      wgmma_ss_mn<T, Bt::kDqCols>(dQi, mn_major_sw128(shared_address(dS_cols), Bc, k),
                                   mn_major_sw128(shared_address(Kcols), Bc, k), common::cuda::kAccumulate);
     }
     wgmma_commit();
