@@ -12,12 +12,12 @@
 ///     registers, are the A operands of dV_j += P_ijᵀ dO_i and dK_j += dS_ijᵀ Q_i, as
 ///     step 22's P̃_ij is the A operand of P̃_ij V_j.
 ///  3. dQ_i += dS_ij K_j needs dS_ij by queries: dS_ijᵀ goes to shared memory, where wgmma
-///     reads it transposed (MN-major); each warpgroup computes half of dQ_i's columns
-///     over all B_c keys and writes them into a shared-memory tile; a dQ writer, one thread
-///     of the producer warpgroup, adds the tile into an fp32 accumulator in HBM with a TMA
-///     reduction (`cp.reduce.async.bulk.tensor … .add`: one instruction a box, no atomics
-///     issued by the threads) while the consumers go on to the next query tile. A last
-///     kernel rounds scale · dQ into the 16-bit dQ.
+///     reads it transposed (MN-major); each warpgroup computes half of dQ_i's term (half
+///     its queries at d = 64, half its columns above) over all B_c keys and writes it into
+///     a shared-memory tile; a dQ writer, one thread of the producer warpgroup, adds the
+///     tile into an fp32 accumulator in HBM with a TMA reduction (`cp.reduce.async.bulk.tensor
+///     … .add`: one instruction a box, no atomics issued by the threads) while the consumers
+///     go on to the next query tile. A last kernel rounds scale · dQ into the 16-bit dQ.
 ///     `--deterministic` makes the blocks of a head take turns at each dQ_i, in the order
 ///     of j (causal: descending from the diagonal), through a counter per query tile: the
 ///     same sums in the same order every run.
