@@ -1,5 +1,5 @@
 /// \file step21_tiles_by_head_dim/attention.cu
-/// \brief Step 21 — the tiles by head dimension: three consumer warpgroups (B_r = 192) at d = 64.
+/// \brief Step 21 — the tiles by head dimension: B_r = 192 at d = 64; d = 96 and 256 served too.
 ///
 /// This step extends step 20 by choosing the block's shape for each d. At d = 64 a score
 /// costs half the matrix work of d = 128 but the same softmax, so the tensor cores wait
@@ -8,7 +8,9 @@
 /// static_asserted in Tiles): each K_j, V_j tile is read by 192 rows instead of 128, and while one
 /// warpgroup does its softmax two others can keep the tensor cores busy, taking turns in
 /// a ring. d = 128 keeps step 20's shape, and its causal blocks go head by head, as
-/// the unmasked ones do, their K and V shared in L2.
+/// the unmasked ones do, their K and V shared in L2. The tiles' rows are W = d rounded up to
+/// whole 128-byte rows (d = 96 loads 128 columns, TMA's zeros past d), and at d = 256, where
+/// O_i takes 128 registers a thread, B_c halves to 64.
 ///
 /// Run: build/bin/step21_tiles_by_head_dim --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
 ///      build/bin/step21_tiles_by_head_dim --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --check
@@ -40,7 +42,7 @@ constexpr int kTurnThreads = 2 * common::cuda::kWarpgroupThreads;
 constexpr int kWarpSize = 32;
 constexpr int kStages = 2;  // K_j, V_j buffers: tile j + 1 loads while tile j is used
 static_assert(kStages == 2, "the barriers' set-up names exactly two stages");
-using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation each: whole 128-byte rows
+using HeadDims = common::cuda::HeadDims<64, 96, 128, 256>;  // one kernel instantiation each
 
 //! [tiles]
 // A warp's 16 rows of its warpgroup's 64 are 8 × 4 lanes, the mma's C layout, which wgmma's
@@ -48,10 +50,13 @@ using HeadDims = common::cuda::HeadDims<64, 128>;  // one kernel instantiation e
 constexpr int kRowLanes = 8, kColLanes = 4, kRowsPerThread = 2;
 
 /// The tiles for head dimension d: a warpgroup's 64 rows are one wgmma's M, so
-/// B_r = 64 · consumer warpgroups: 3 at d = 64 (192 rows), 2 at d = 128 (128). A thread
-/// holds 2 × B_c/4 of S_ij and 2 × d/4 of O_i in fp32 registers: B_c = 128 at every d.
+/// B_r = 64 · consumer warpgroups: 3 at d = 64 (192 rows), 2 from d = 96 on (128). A thread
+/// holds 2 × B_c/4 of S_ij and 2 × W/4 of O_i in fp32 registers, W = d in whole 128-byte rows
+/// (d = 96: 128, TMA's zeros past d). At d = 256, O_i's 128 registers leave room for B_c = 64.
 template <int d>
 struct Tiles {
+  static constexpr int kWidth =
+      (d + common::tma::kBoxCols - 1) / common::tma::kBoxCols * common::tma::kBoxCols;  // W: whole 64-element box rows
   static constexpr int kConsumers = d <= 64 ? 3 : 2;  // consumer warpgroups
   static constexpr int kConsumerWarps = 4 * kConsumers;  // the producer's 4 warps come after them
   static constexpr int kThreads = (kConsumers + 1) * common::cuda::kWarpgroupThreads;  // threads per block
@@ -61,10 +66,12 @@ struct Tiles {
                         common::cuda::kWarpgroupThreads * kProducerRegisters <=
                     common::cuda::kRegisterFile,
                 "the register budget: every warpgroup's registers fit in the register file");
-  static constexpr int Bc = 128;  // keys: one wgmma's N for S_ij
+  static constexpr int Bc = d <= 128 ? 128 : 64;  // keys: one wgmma's N for S_ij
   static constexpr int Br = kConsumerWarps * kRowLanes * kRowsPerThread;
-  /// Shared memory: kStages × K_j, V_j (B_c, d); Q_i (B_r, d); 2 bytes an element; + 1024 to align them.
-  static constexpr size_t smem_bytes = (size_t(2) * kStages * Bc * d + size_t(Br) * d) * 2 + 1024;
+  static_assert(kRowsPerThread * (kWidth + Bc) / kColLanes + Bc / 4 <= kConsumerRegisters - 32,
+                "O_i, S_ij and P̃_ij's fragments leave a consumer thread 32 registers for the rest");
+  /// Shared memory: kStages × K_j, V_j (B_c, W); Q_i (B_r, W); 2 bytes an element; + 1024 to align them.
+  static constexpr size_t smem_bytes = (size_t(2) * kStages * Bc * kWidth + size_t(Br) * kWidth) * 2 + 1024;
 };
 //! [tiles]
 
@@ -107,11 +114,11 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
     attention_kernel(const __grid_constant__ CUtensorMap Q_map, const __grid_constant__ CUtensorMap K_map,
                      const __grid_constant__ CUtensorMap V_map, T* __restrict__ O_all, float* __restrict__ L_all,
                      int n_q, int n_kv, int batch_heads, float scale, bool causal) {
-  constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br;
+  constexpr int Bc = Tiles<d>::Bc, Br = Tiles<d>::Br, W = Tiles<d>::kWidth;
   constexpr int kThreads = Tiles<d>::kThreads, kConsumerWarps = Tiles<d>::kConsumerWarps,
                 kConsumers = Tiles<d>::kConsumers;
   // A thread's slice (fragments.hpp, c_m16n8): rows row(t) of the tile, columns col(n) of S_ij and of O_i.
-  constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = d / kColLanes;
+  constexpr int kRows = kRowsPerThread, kSCols = Bc / kColLanes, kOCols = W / kColLanes;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
   const auto row = [&](int t) { return warp * kRowLanes * kRows + t * kRowLanes + row_lane; };
@@ -125,9 +132,9 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
   //! [shared memory]
   extern __shared__ unsigned char smem_bytes[];  // dynamic shared memory; tiles start on the swizzle's period, 1024
   const auto smem = reinterpret_cast<T*>(smem_bytes + (1024 - shared_address(smem_bytes) % 1024) % 1024);
-  auto Kbuf = smem;  // kStages × K_j: (B_c, d), d/64 column blocks of swizzled 128-byte rows
-  auto Vbuf = Kbuf + kStages * Bc * d;  // kStages × V_j: (B_c, d), the same layout
-  auto Qi = Vbuf + kStages * Bc * d;  // Q_i: (B_r, d), the same layout
+  auto Kbuf = smem;  // kStages × K_j: (B_c, W), W/64 column blocks of swizzled 128-byte rows
+  auto Vbuf = Kbuf + kStages * Bc * W;  // kStages × V_j: (B_c, W), the same layout
+  auto Qi = Vbuf + kStages * Bc * W;  // Q_i: (B_r, W), the same layout
   __shared__ uint64_t q_full, k_full[kStages], v_full[kStages];  // a tile has landed: Q_i, each stage's K_j, V_j
   __shared__ uint64_t k_empty[kStages], v_empty[kStages];  // the consumers are done with a stage's K_j, V_j
   //! [shared memory]
@@ -155,9 +162,9 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
       for (uint64_t& barrier : k_empty) barrier_init(&barrier, kConsumerWarps);  // one arrival a consumer warp
       for (uint64_t& barrier : v_empty) barrier_init(&barrier, kConsumerWarps);
       common::cuda::barrier_init_fence();
-      tma_load_tile<d, Br>(Qi, &Q_map, q0, int(bh), &q_full);
-      tma_load_tile<d, Bc>(Kbuf, &K_map, 0, int(bh), &k_full[0]);
-      tma_load_tile<d, Bc>(Vbuf, &V_map, 0, int(bh), &v_full[0]);
+      tma_load_tile<W, Br>(Qi, &Q_map, q0, int(bh), &q_full);
+      tma_load_tile<W, Bc>(Kbuf, &K_map, 0, int(bh), &k_full[0]);
+      tma_load_tile<W, Bc>(Vbuf, &V_map, 0, int(bh), &v_full[0]);
     }
 #pragma unroll
     for (int t = 0; t < kRows; ++t) {
@@ -169,7 +176,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
     __syncthreads();  // the barriers are initialised before anyone waits on them
     barrier_wait(&q_full, 0);
     if (scale <= 0.0f) {  // sign(scale) into Q_i (common/cuda/scale_sign.cuh)
-      common::cuda::fold_scale_sign<kThreads, d, d>(Qi, Br, scale);
+      common::cuda::fold_scale_sign<kThreads, W, W>(Qi, Br, scale);
       fence_async_shared();  // wgmma reads shared memory through the async proxy
     }
     __syncthreads();  // Q_i's signs, if any, are in before anyone reads it
@@ -179,9 +186,9 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
       for (int j = 1; tid == kConsumerWarps * kWarpSize && j < Tc; ++j) {
         const int stage = j % kStages;  // its (j / kStages)-th use: wait for the consumers' release of the last
         if (j >= kStages) barrier_wait(&k_empty[stage], (j / kStages - 1) % 2);
-        tma_load_tile<d, Bc>(Kbuf + stage * Bc * d, &K_map, j * Bc, int(bh), &k_full[stage]);
+        tma_load_tile<W, Bc>(Kbuf + stage * Bc * W, &K_map, j * Bc, int(bh), &k_full[stage]);
         if (j >= kStages) barrier_wait(&v_empty[stage], (j / kStages - 1) % 2);
-        tma_load_tile<d, Bc>(Vbuf + stage * Bc * d, &V_map, j * Bc, int(bh), &v_full[stage]);
+        tma_load_tile<W, Bc>(Vbuf + stage * Bc * W, &V_map, j * Bc, int(bh), &v_full[stage]);
       }
       return;
     }
@@ -191,7 +198,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
     float alpha[kRows];  // O_i's rescale, applied once P̃_i,j−1 V_j−1 is in
     const auto issue_S = [&](int j) {  // line 8 for tile j, queued on the tensor cores
       const int stage = j % kStages, parity = (j / kStages) % 2;  // a stage's barriers complete once a use
-      const T* Kj = Kbuf + stage * Bc * d;  // K_j: this tile's stage
+      const T* Kj = Kbuf + stage * Bc * W;  // K_j: this tile's stage
       barrier_wait(&k_full[stage], parity);  // K_j has landed
 
       //! [S on wgmma]
@@ -278,13 +285,13 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
       //! [P in registers]
     };
     const auto issue_PV = [&](int j) {  // line 10 for tile j: O_i ← O_i + P̃_ij V_j, queued
-      const T* Vj = Vbuf + (j % kStages) * Bc * d;
+      const T* Vj = Vbuf + (j % kStages) * Bc * W;
       barrier_wait(&v_full[j % kStages], (j / kStages) % 2);  // V_j has landed
       fence_operand(Oi);
       wgmma_fence();  // O_i's rescale and P̃_ij are written before the wgmmas read them
 #pragma unroll
       for (int c = 0; c < Bc; c += 16)
-        wgmma_rs<T, d>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
+        wgmma_rs<T, W>(Oi, Pij[c / 16], mn_major_sw128(shared_address(Vj), Bc, c), common::cuda::kAccumulate);
       wgmma_commit();
     };
     const auto PV_done = [&](int j) {  // this warp's P̃_ij V_j is in O_i: V_j goes back to the producer
@@ -327,7 +334,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
       const float l_row = row_sum(li[t][tid]), inv_l = 1.0f / l_row;  // the 4 lanes' parts of l_i, added once
       if (r >= rows) continue;  // a row past the tile: never stored
 #pragma unroll
-      for (int n = 0; n < kOCols; n += 2) {  // two neighbouring columns, rounded to T, in one 4-byte store
+      for (int n = 0; n < d / kColLanes; n += 2) {  // two neighbouring columns, rounded to T, in one 4-byte store
         *reinterpret_cast<uint32_t*>(O + size_t(q0 + r) * d + col(n)) =
             common::cuda::pack2<T>(Oi[t][n] * inv_l, Oi[t][n + 1] * inv_l);
       }
@@ -396,7 +403,8 @@ common::StepInfo describe() {
   kernel.compute_capability = 90;  // sm_90a machine code: wgmma exists on Hopper alone
   return common::cuda::gpu_step(
       "step21_tiles_by_head_dim",
-      "The tiles by head dimension on Hopper: three consumer warpgroups, B_r = 192, at d = 64; two at d = 128 (sm_90a)",
+      "The tiles by head dimension on Hopper: three consumer warpgroups, B_r = 192, at d = 64; two at d = 96, 128, "
+      "256, B_c = 64 at 256 (sm_90a)",
       HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
 }
 
