@@ -1,5 +1,5 @@
 /// \file step23_dynamic_scheduler/attention.hpp
-/// \brief step23_dynamic_scheduler: step 21 on a persistent grid, one block an SM taking query tiles from a tile scheduler (sm_90a).
+/// \brief step23_dynamic_scheduler: step 22 with causal tiles handed out longest first from an atomic counter (sm_90a).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 /// Step 23: step 21's kernel on a persistent grid, with d = 64, 96, 128 and 256.
 namespace step23 {
 
-/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 21, on one
+/// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 22, on one
 /// block an SM that loops over the query tiles the scheduler gives it (static for full
 /// attention, dynamic and longest first for causal). B_r = 192 at d = 64, 128 from d = 96
 /// on; B_c = 128, 64 at d = 256. `result.extra` holds the kernel's resource report
