@@ -1,5 +1,5 @@
 /// \file cpu_backward_bench.cpp
-/// \brief CPU benchmark of the backward pass: step24 (Algorithm 2, tiles) against a standard backward that keeps P.
+/// \brief CPU benchmark of the backward pass: step25 (Algorithm 2, tiles) against a standard backward that keeps P.
 ///
 /// Usage: build/bin/cpu_backward_bench [--csv FILE] [--repeat R] [--max-seq N]   (`--help`)
 /// B=1, H=1, d=64, N_q = N_kv in {512, 1024, 2048, 4096, 8192}, not causal, one thread,
@@ -7,7 +7,7 @@
 /// the P its forward stored: dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(P ∘ dP)),
 /// dQ = scale · dS K, dK = scale · dSᵀ Q, with Eigen's products on whole N × N matrices;
 /// its time excludes computing P (the forward's work), and its working memory counts P
-/// and dS. Step 24 recomputes S_ij and P_ij from L tile by tile. Time is the median of R
+/// and dS. Step 25 recomputes S_ij and P_ij from L tile by tile. Time is the median of R
 /// wall-clock runs after a warm-up; memory is measured by common::Workspace. Both
 /// results are checked against the fp64 gradients up to N = 2048.
 #include <unistd.h>
@@ -25,7 +25,7 @@
 #include "common/output_file.hpp"
 #include "common/reference_backward.hpp"
 #include "common/workspace.hpp"
-#include "step24_backward_cpu/attention.hpp"
+#include "step25_backward_cpu/attention.hpp"
 
 namespace {
 
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     std::string csv_path = "cpu_backward_bench.csv";
     int repeat = 3;
     int64_t max_seq = 8192;
-    CLI::App app("CPU benchmark of the backward: step24 (Algorithm 2) against a standard backward that keeps P.",
+    CLI::App app("CPU benchmark of the backward: step25 (Algorithm 2) against a standard backward that keeps P.",
                  "cpu_backward_bench");
     common::cli::add_csv_option(app, csv_path, "write the table as CSV to FILE (default cpu_backward_bench.csv)");
     common::cli::add_repeat_option(app, repeat, 1, "timed runs per entry after a warm-up (1 … 100000, default 3)");
@@ -79,14 +79,14 @@ int main(int argc, char** argv) {
     app.footer("Exit codes: 0 ok, 1 a result failed its check, 2 bad option or a failed write.");
     if (!common::cli::parse(app, argc, argv)) return 0;  // --help
     common::check_writable(csv_path);
-    const common::StepInfo step = step24::describe();
+    const common::StepInfo step = step25::describe();
 
     std::ostringstream csv;
     csv << "method,batch,heads,seq,head_dim,causal,time_ms,tflops,peak_bytes,runs\n";
     std::cout << "CPU backward: B=1 H=1 d=64, not causal, fp32, one thread; median of " << repeat
               << " runs after a warm-up\n\n"
-              << std::setw(6) << "N" << std::setw(15) << "standard ms" << std::setw(13) << "step24 ms" << std::setw(9)
-              << "24/std" << std::setw(15) << "standard mem" << std::setw(13) << "step24 mem" << std::setw(9)
+              << std::setw(6) << "N" << std::setw(15) << "standard ms" << std::setw(13) << "step25 ms" << std::setw(9)
+              << "24/std" << std::setw(15) << "standard mem" << std::setw(13) << "step25 mem" << std::setw(9)
               << "24/std"
               << "\n";
     int failed = 0;
@@ -116,12 +116,12 @@ int main(int argc, char** argv) {
 
       common::WorkspaceCounter::reset_peak();
       const int64_t live_tiled = common::WorkspaceCounter::live();
-      common::Gradients tiled = step24::attention_backward(p, in);
+      common::Gradients tiled = step25::attention_backward(p, in);
       const int64_t tiled_bytes = common::WorkspaceCounter::peak() - live_tiled;
       samples.clear();
       for (int r = 0; r < repeat; ++r) {
         const auto start = std::chrono::steady_clock::now();
-        tiled = step24::attention_backward(p, in);
+        tiled = step25::attention_backward(p, in);
         samples.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       }
       const double tiled_ms = common::median(samples);
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
         if (n > 2048) break;
         const common::GradientVerdict v = common::check_gradients(p, d_o, *g);
         if (!v.passed) {
-          std::cerr << "cpu_backward_bench: N = " << n << ": " << (g == &standard ? "standard" : "step24") << ": "
+          std::cerr << "cpu_backward_bench: N = " << n << ": " << (g == &standard ? "standard" : "step25") << ": "
                     << v.failure << "\n";
           ++failed;
         }
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
       const double flops = common::attention_backward_flops(shape, false);
       csv << "standard_keeps_p,1,1," << n << ",64,0," << standard_ms << "," << flops / (standard_ms * 1e9) << ","
           << standard_bytes << "," << repeat << "\n";
-      csv << "step24_backward_cpu,1,1," << n << ",64,0," << tiled_ms << "," << flops / (tiled_ms * 1e9) << ","
+      csv << "step25_backward_cpu,1,1," << n << ",64,0," << tiled_ms << "," << flops / (tiled_ms * 1e9) << ","
           << tiled_bytes << "," << repeat << "\n";
       std::cout << std::fixed << std::setw(6) << n << std::setprecision(1) << std::setw(15) << standard_ms
                 << std::setw(13) << tiled_ms << std::setprecision(2) << std::setw(9) << tiled_ms / standard_ms

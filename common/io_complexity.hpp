@@ -45,7 +45,7 @@ Traffic algorithm1_traffic(const Shape& shape, const Algorithm1Tiles& tiles);
 /// 9M/8 floats in all, as Algorithm 1's tiles take up to 5M/4.
 Algorithm1Tiles algorithm2_tiles(int64_t sram_floats, const Shape& shape);
 
-/// HBM traffic of the backward pass as step 24 runs Algorithm 2, in closed form:
+/// HBM traffic of the backward pass as step 25 runs Algorithm 2, in closed form:
 /// - D = rowsum(dO ∘ O) reads dO and O once and writes D: 2·N_q·d and N_q;
 /// - dQ = 0 is written once: N_q·d;
 /// - line 6 reads every K_j, V_j once: 2·N_kv·d;

@@ -91,7 +91,7 @@ struct GpuKernel {
   /// not wait for the kernel). Throws InputError for a d it was not compiled for.
   std::function<void(const DeviceArgs& args)> launch;
   /// Bytes of global working memory a launch with that shape and mask needs
-  /// (`args.workspace`), e.g. step 4's l and m arrays, step 23's counter of claimed
+  /// (`args.workspace`), e.g. step 4's l and m arrays, step 24's counter of claimed
   /// tiles (causal only); empty = none ever.
   std::function<int64_t(const Shape& shape, bool causal)> workspace_bytes;
   /// The kernel's tiles and resources for head dimension d: B_r, B_c, shared

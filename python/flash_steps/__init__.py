@@ -38,8 +38,8 @@ an input (NumPy arrays; CUDA tensors with ``check_finite=True``), a tensor on th
 device are ``InputError`` (a ``ValueError``); no GPU is
 ``NoGpuError`` (a ``RuntimeError``); a CUDA error is a ``RuntimeError``.
 
-The steps with a backward pass (``Step.has_backward``: step24 on the CPU, step25 in fp32
-CUDA, step26 in bf16 and fp16 on the tensor cores, step27 in bf16 and fp16 on Hopper for
+The steps with a backward pass (``Step.has_backward``: step25 on the CPU, step26 in fp32
+CUDA, step27 in bf16 and fp16 on the tensor cores, step28 in bf16 and fp16 on Hopper for
 d = 64, 96, 128) also have ``attention_backward(q, k, v, o, lse, d_o) -> (dq, dk, dv)``: the forward's O
 and L and the upstream gradient dO = dloss/dO in, the gradients of Q, K and V out, on
 NumPy arrays (every such step) or CUDA tensors (GPU steps). ``reference_backward`` and
@@ -149,7 +149,7 @@ class Step:
 
     def workspace_bytes(self, shape, causal=False):
         """Bytes of device memory launch() needs as ``workspace`` for ``shape`` and the mask (0:
-        none; step 23 counts claimed tiles only when causal)."""
+        none; step 24 counts claimed tiles only when causal)."""
         return self._native.workspace_bytes(shape, causal)
 
     def attention_backward(self, q, k, v, o, lse, d_o, causal=False, scale=None, *, dtype=None,
@@ -227,7 +227,7 @@ class _Torch:
         q, k, v = (t.detach() if t.requires_grad else t for t in (q, k, v))
         stream = raw_stream(q.get_device()) if q.is_cuda else None
         workspace = None
-        if step.needs_workspace:  # steps 4 and 5: m and l in global memory; step 23, causal: its tile counter
+        if step.needs_workspace:  # steps 4 and 5: m and l in global memory; step 24, causal: its tile counter
             # Sized from the checked shape and the mask, once per step, shapes and mask (the launch
             # checks every call's tensors again; a size of 0 saves an allocation a call); q, k, v
             # lent as capsules, as for the launch: Tensor.__dlpack__(stream=...) is Python that

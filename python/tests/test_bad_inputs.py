@@ -400,7 +400,7 @@ BACKWARD_CPU_STEPS = [s for s in CPU_STEPS if s.has_backward]
 @pytest.fixture
 def backward_inputs(qkv, rng):
     q, k, v = qkv
-    o, lse = flash_steps.step24.attention_forward(q, k, v)
+    o, lse = flash_steps.step25.attention_forward(q, k, v)
     d_o = rng.standard_normal(q.shape).astype(np.float32)
     return q, k, v, o, lse, d_o
 
@@ -480,7 +480,7 @@ def test_reference_and_check_gradients_take_the_same_checks(backward_inputs):
         flash_steps.reference_backward(q, k, v, d_o[:, :1])
     with pytest.raises(flash_steps.InputError, match=r"^d_o holds nan at \[b=0, h=0, n=0, c=0\]"):
         flash_steps.reference_backward(q, k, v, np.full_like(d_o, np.nan))
-    dq, dk, dv = flash_steps.step24.attention_backward(q, k, v, o, lse, d_o)
+    dq, dk, dv = flash_steps.step25.attention_backward(q, k, v, o, lse, d_o)
     with pytest.raises(flash_steps.InputError, match=r"^dk must have shape \[1, 2, 7, 8\] for these inputs$"):
         flash_steps.check_gradients(q, k, v, d_o, dq, dq, dv)
     with pytest.raises(TypeError, match=r"^dv must be float32; got float64"):

@@ -41,9 +41,9 @@ def supported(step, d):
 
 def test_the_build_has_the_cpu_backward_step():
     names = [s.name for s in flash_steps.backward_steps()]
-    assert "step24_backward_cpu" in names, names
-    assert flash_steps.step24.extends == "step02_tiled_cpu"
-    assert not flash_steps.step24.has_deterministic_option  # its dQ is summed in one order always
+    assert "step25_backward_cpu" in names, names
+    assert flash_steps.step25.extends == "step02_tiled_cpu"
+    assert not flash_steps.step25.has_deterministic_option  # its dQ is summed in one order always
     assert not flash_steps.step02.has_backward and flash_steps.step02.extends == ""
 
 
@@ -104,7 +104,7 @@ def test_the_hand_worked_example():
     k = np.array([0, 2], np.float32).reshape(1, 1, 2, 1)
     v = np.array([0, -1], np.float32).reshape(1, 1, 2, 1)
     d_o = np.ones((1, 1, 2, 1), np.float32)
-    step = flash_steps.step24
+    step = flash_steps.step25
     o, lse = step.attention_forward(q, k, v)
     dq, dk, dv = step.attention_backward(q, k, v, o, lse, d_o)
     np.testing.assert_allclose(dq.ravel(), [-0.210, -0.210], atol=0.001)
@@ -116,8 +116,8 @@ def test_a_wrong_gradient_fails_the_rule(rng):
     # The rule can fail: one element of dK off by 1e-3 (a tail-tile bug's size) is caught.
     q, k, v = random_qkv(rng, 1, 2, 33, 17, 16)
     d_o = rng.standard_normal(q.shape).astype(np.float32)
-    o, lse = flash_steps.step24.attention_forward(q, k, v)
-    dq, dk, dv = flash_steps.step24.attention_backward(q, k, v, o, lse, d_o)
+    o, lse = flash_steps.step25.attention_forward(q, k, v)
+    dq, dk, dv = flash_steps.step25.attention_backward(q, k, v, o, lse, d_o)
     assert flash_steps.check_gradients(q, k, v, d_o, dq, dk, dv)
     dk[0, 1, 16, 3] += 1e-3
     verdict = flash_steps.check_gradients(q, k, v, d_o, dq, dk, dv)
@@ -131,8 +131,8 @@ def test_the_gradients_of_a_step_are_those_of_its_own_forward(rng):
     # O and L matter: the backward recomputes P from L, so a wrong L gives wrong gradients.
     q, k, v = random_qkv(rng, 1, 1, 9, 9, 4)
     d_o = rng.standard_normal(q.shape).astype(np.float32)
-    o, lse = flash_steps.step24.attention_forward(q, k, v)
-    grads = flash_steps.step24.attention_backward(q, k, v, o, lse + np.float32(0.5), d_o)
+    o, lse = flash_steps.step25.attention_forward(q, k, v)
+    grads = flash_steps.step25.attention_backward(q, k, v, o, lse + np.float32(0.5), d_o)
     assert not flash_steps.check_gradients(q, k, v, d_o, *grads).passed
 
 
@@ -159,5 +159,5 @@ def test_a_step_without_a_backward_refuses(step, rng):
     q, k, v = random_qkv(rng, 1, 1, 4, 4, 8)
     o, lse = step.attention_forward(q, k, v)
     with pytest.raises(flash_steps.InputError,
-                       match=rf"^{step.name} has no backward pass; the built steps with one: .*step24_backward_cpu"):
+                       match=rf"^{step.name} has no backward pass; the built steps with one: .*step25_backward_cpu"):
         step.attention_backward(q, k, v, o, lse, o)

@@ -22,7 +22,7 @@ import flash_steps.pytorch as fsp
 _CC = 10 * torch.cuda.get_device_capability()[0] + torch.cuda.get_device_capability()[1] if torch.cuda.is_available() else 0
 GPU_STEPS = [s for s in flash_steps.gpu_steps() if s.compute_capability in (0, _CC)]
 BACKWARD_STEPS = [s for s in GPU_STEPS if s.has_backward]
-# The tests on float32 tensors, judged beside SDPA's float32 gradients; the 16-bit steps (step 26)
+# The tests on float32 tensors, judged beside SDPA's float32 gradients; the 16-bit steps (step 27)
 # are judged in their own precision by test_16bit_gradients_pass_the_rule_in_their_precision.
 FP32_BACKWARD_STEPS = [s for s in BACKWARD_STEPS if "float32" in s.dtypes]
 SIXTEEN_BIT_BACKWARD_STEPS = [s for s in BACKWARD_STEPS if "float32" not in s.dtypes]
@@ -45,7 +45,7 @@ def exact_float32():
 
 
 def test_there_is_a_gpu_step_with_a_backward():
-    assert BACKWARD_STEPS, "step25_backward_fp32 runs on every GPU the build targets"
+    assert BACKWARD_STEPS, "step26_backward_fp32 runs on every GPU the build targets"
     assert fsp.DEFAULT_BACKWARD_STEP == BACKWARD_STEPS[-1].name
     assert not flash_steps.step(fsp.DEFAULT_STEP).extends  # the forward default is a forward step
 
@@ -184,7 +184,7 @@ def test_a_forward_only_operator_refuses_backward(step):
     leaves = [t.requires_grad_() for t in (q, k, v)]
     o, _ = fsp.attention(*leaves, True, step=step.name)
     with pytest.raises(RuntimeError, match=rf"{step.name} has no backward pass; train with a step that has one: "
-                                           rf".*step25_backward_fp32"):
+                                           rf".*step26_backward_fp32"):
         o.sum().backward()
     with pytest.raises(flash_steps.InputError, match=rf"^{step.name} has no backward pass"):
         step.launch_backward(q.detach(), k.detach(), v.detach(), q.detach(), q.detach()[..., 0].float(),

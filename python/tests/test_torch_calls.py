@@ -54,7 +54,7 @@ def fake_torch(monkeypatch):
     monkeypatch.setattr(flash_steps, "_TORCH_CALLS", (torch, lambda x: ("capsule", x.name), lambda device: 0))
 
 
-@pytest.mark.parametrize("workspace_bytes", [0, 4], ids=["no workspace", "step 23's tile counter"])
+@pytest.mark.parametrize("workspace_bytes", [0, 4], ids=["no workspace", "step 24's tile counter"])
 def test_torch_forward_lends_every_tensor_as_a_capsule(fake_torch, workspace_bytes, monkeypatch):
     calls = []
     q, k, v = (FakeTensor(name, (1, 1, 128, 64)) for name in "qkv")

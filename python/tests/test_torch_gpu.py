@@ -337,7 +337,7 @@ def test_bad_tensors_are_refused_with_the_steps_message(step):
         step.launch(q, k, v, o[:, :1], lse, torch.empty(1 << 20, dtype=torch.uint8, device=DEVICE))
     with pytest.raises(ValueError, match="^o shares memory with q"):
         step.launch(q, k, v, q, lse, torch.empty(1 << 20, dtype=torch.uint8, device=DEVICE))
-    nbytes = step.workspace_bytes(step.check_inputs(q, k, v), causal=True)  # step 23 needs one only when causal
+    nbytes = step.workspace_bytes(step.check_inputs(q, k, v), causal=True)  # step 24 needs one only when causal
     if nbytes:
         with pytest.raises(ValueError, match="needs a workspace of"):
             step.launch(q, k, v, o, lse, causal=True)
@@ -453,7 +453,7 @@ def test_attention_forward_does_not_wait_by_default_and_host_phases_can_be_timed
     finally:
         flash_steps._native.host_timing(False)
     phases = flash_steps._native.host_times()
-    # A step with a workspace (step 23's tile counter) sized it from q, k, v's shapes in the
+    # A step with a workspace (step 24's tile counter) sized it from q, k, v's shapes in the
     # first call above, and asks no more for the same shapes: one borrow of q, k, v a call.
     borrows = 3
     for phase, expected in (("borrow and check q, k, v", borrows), ("borrow and check o, lse, workspace", 3),

@@ -156,7 +156,7 @@ run 01 01 || fail "a step against itself exited $?"
 ok "bad arguments exit 2; --help"
 
 # This repository's steps, each against the step it extends (the one before it, or the one
-# its main source declares: step 24 extends step 2, not step 21), as diff-steps resolves it:
+# its main source declares: step 25 extends step 2, not step 21), as diff-steps resolves it:
 # exit 0, nothing printed whole, the kernel file paired.
 prev=""
 for d in "$repo"/step[0-9][0-9]_*/; do

@@ -42,7 +42,7 @@ npy() {
   } >"$1"
 }
 
-cpu_steps=(step01_naive step02_tiled_cpu step03_simulated_threads step24_backward_cpu)
+cpu_steps=(step01_naive step02_tiled_cpu step03_simulated_threads step25_backward_cpu)
 gpu_steps=()
 for p in "$bin"/step[0-9][0-9]_*; do
   name=$(basename "$p")

@@ -1,7 +1,0 @@
-/// \file step25_backward_fp32/main.cpp
-/// \brief The step's program: `build/bin/step25_backward_fp32 --help` lists the options.
-#include "attention.hpp"
-#include "common/driver.hpp"
-
-/// Runs the shared program driver on this step.
-int main(int argc, char** argv) { return common::run_program(step25::describe(), argc, argv); }
