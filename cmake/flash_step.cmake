@@ -13,6 +13,8 @@
 #   SIXTEEN_BIT     run and judge in bf16 and fp16 instead of fp32
 #   CAUSAL_TAILS    causal with N_q != N_kv at lengths just off the tile sizes
 #   SCALE_SIGNS     every sign of the scale at every d
+#   BACKWARD        the gradient conformance suite, dQ by atomics
+#   DETERMINISTIC   and dQ summed in a fixed order, bitwise-repeatable
 #   NO_SPILLS_AT_<d>, NO_SPILLS_AT_EVERY_D   no spills in the resource report
 # HOST_TESTS: a CUDA step's tests of host-side arithmetic (no GPU needed), built as
 # <name>_host_tests and labelled `cpu`, so that they run on every machine.
@@ -65,7 +67,7 @@ function(flash_add_step name)
         target_compile_definitions(${name}_tests PRIVATE FLASH_TESTS_NO_SPILLS_AT=${CMAKE_MATCH_1})
       elseif(flag STREQUAL "NO_SPILLS_AT_EVERY_D")
         target_compile_definitions(${name}_tests PRIVATE FLASH_TESTS_NO_SPILLS_AT=0)
-      elseif(flag MATCHES "^(SIXTEEN_BIT|CAUSAL_TAILS|SCALE_SIGNS|BACKWARD)$")
+      elseif(flag MATCHES "^(SIXTEEN_BIT|CAUSAL_TAILS|SCALE_SIGNS|BACKWARD|DETERMINISTIC)$")
         target_compile_definitions(${name}_tests PRIVATE FLASH_TESTS_${flag}=1)
       else()
         message(FATAL_ERROR "${name}: unknown TESTS flag ${flag}")

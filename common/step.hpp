@@ -109,6 +109,9 @@ struct GpuKernel {
   std::function<int64_t(const Shape& shape, bool deterministic)> backward_workspace_bytes;
   /// The backward kernels' tiles and resources for head dimension d (as `resources`).
   std::function<Figures(int64_t head_dim)> backward_resources;
+  /// Backward steps: launch_backward can sum dQ in a fixed order (`args.deterministic`);
+  /// false for a step whose dQ is summed by atomics only, which refuses the option.
+  bool deterministic_dq = true;
 };
 
 /// Everything the driver needs to know about a step.
@@ -125,7 +128,7 @@ struct StepInfo {
   /// Backward steps: the forward step this step extends, e.g. "step02_tiled_cpu".
   std::string extends;
   /// Backward steps: `--deterministic` changes how dQ is summed (a GPU step's
-  /// atomics); false where the order is fixed anyway.
+  /// atomics); false where the order is fixed anyway, or where the step has one way.
   bool has_deterministic_option = false;
   std::shared_ptr<const GpuKernel> gpu;  ///< GPU steps: the launch on device pointers
   std::vector<int64_t> head_dims;  ///< supported d (empty = any d >= 1)

@@ -131,9 +131,11 @@ py::tuple backward_arrays(const common::StepInfo& step, py::handle q, py::handle
   options.sram_floats = sram_floats_arg(sram_floats);
   options.deterministic = bool_arg(deterministic, "deterministic");
   if (options.deterministic && !step.has_deterministic_option) {
-    throw common::InputError(step.name +
-                             " sums dQ in one fixed order always; deterministic=True is for the steps "
-                             "whose dQ is summed by atomics (has_deterministic_option)");
+    throw common::InputError(step.name + (step.gpu
+                                              ? " sums dQ by atomicAdd only; deterministic=True is for the steps "
+                                                "that can also sum it in order (has_deterministic_option)"
+                                              : " sums dQ in one fixed order always; deterministic=True is for the "
+                                                "steps whose dQ is summed by atomics (has_deterministic_option)"));
   }
   const std::optional<std::string> precision = dtype_arg(dtype);
   options.precision = precision ? common::parse_precision(*precision) : step.precisions.front();

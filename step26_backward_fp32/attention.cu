@@ -1,5 +1,5 @@
 /// \file step26_backward_fp32/attention.cu
-/// \brief Step 26 — step 8's forward, fp32 (the backward is in backward.cu).
+/// \brief Step 8's forward, fp32, in a backward step (the backward is in backward.cu).
 ///
 /// Step 8 improves on step 7 by overlapping memory traffic with arithmetic:
 ///  1. K_j and V_j arrive by cp.async into two shared-memory stages: tile j + 1
@@ -11,9 +11,6 @@
 ///     row added once at the end instead of once per tile.
 /// Why: in step 7 every warp waits at a barrier for each K_j, V_j to arrive, and
 /// spends a shuffle on every 4 · d/8 FMAs of P̃_ij V_j.
-///
-/// Run: build/bin/step26_backward_fp32 --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --repeat 20
-///      build/bin/step26_backward_fp32 --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --check
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -290,8 +287,10 @@ common::StepInfo describe() {
   kernel.launch_backward = launch_backward;
   kernel.backward_workspace_bytes = backward_workspace_bytes;
   kernel.backward_resources = backward_resources;
+  kernel.deterministic_dq = false;  // dQ by atomicAdd only (step 29 adds the fixed order)
   common::StepInfo info = common::cuda::gpu_step(
-      "step26_backward_fp32", "the backward pass in fp32 CUDA: dK_j, dV_j in registers, dQ by atomicAdd or in order",
+      "step26_backward_fp32",
+      "the backward pass in fp32 CUDA: a block per K/V tile, dK_j, dV_j in registers, dQ by atomicAdd",
       HeadDims::list(), kernel);
   info.extends = "step08_fa2_pipelined";
   return info;

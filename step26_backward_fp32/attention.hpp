@@ -9,7 +9,7 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 26: step 8's forward and the backward pass in fp32 CUDA, dQ by atomics or deterministic.
+/// Step 26: step 8's forward and the backward pass in fp32 CUDA: one block per K/V tile, dQ by atomics.
 namespace step26 {
 
 /// Computes O and L with FlashAttention-2 as step 7, with the next K_j, V_j
@@ -22,7 +22,7 @@ common::Result attention_forward(const common::Problem& problem, const common::O
 
 /// Enqueues the backward pass (backward.cu) on `args.stream`: D = rowsum(dO ∘ O), then
 /// one block per K/V tile accumulating dK_j, dV_j and adding dQ_i's terms with
-/// atomicAdd, or with `args.deterministic` a second kernel that sums dQ_i in order.
+/// atomicAdd (the only way here: a session asked for `deterministic` is refused).
 /// `args.workspace` holds D: backward_workspace_bytes(shape) bytes.
 void launch_backward(const common::DeviceBackwardArgs& args);
 

@@ -1,22 +1,15 @@
 /// \file step26_backward_fp32/backward.cu
-/// \brief Step 26 — the backward pass in fp32 CUDA: FlashAttention-2's Algorithm 2 on a GPU.
+/// \brief Step 26 — the backward pass on a GPU: one block per K/V tile, dQ by atomicAdd.
 ///
-/// This step extends step 8 (its forward files are step 8's, renamed) by the
-/// backward pass, as step 25 does on the CPU, with a GPU's grid:
-///  1. D = rowsum(dO ∘ O) by one warp per row, once, before the main kernel.
-///  2. One block per K/V tile j of one (batch, head): K_j and V_j are loaded
-///     once, and dK_j, dV_j are accumulated in registers over every query tile i
-///     that can see the tile (causal: from the diagonal on), then written once.
-///  3. Per query tile, five products on the CUDA cores, register-tiled from
-///     shared memory: S_ij and dP_ij (rows of Q_i, dO_i against rows of K_j, V_j,
-///     float4 dot products), dV_j and dK_j (P_ijᵀ and dS_ijᵀ against dO_i and Q_i),
-///     and dQ_i's term dS_ij K_j.
-///  4. dQ_i gets a term from every block of its head, running at the same time:
-///     the terms are added into dQ in global memory with atomicAdd. Their order
-///     then depends on timing, so dQ's last bits may differ from run to run.
-///     `--deterministic` computes dQ in a second kernel instead, one block per
-///     query tile summing its K/V tiles in order (S_ij and dP_ij recomputed
-///     there): the same bits every run, for two more products per tile.
+/// This step extends step 8 (its forward files are step 8's, renamed) by
+/// FlashAttention-2's backward pass, Algorithm 2 as step 25 runs it on the CPU,
+/// its outer loop over K/V tiles turned into the grid:
+///  1. D = rowsum(dO ∘ O) once, before the main kernel (common/cuda/backward.cuh).
+///  2. One block per K/V tile j of one (batch, head): K_j, V_j loaded once, dK_j
+///     and dV_j summed in registers over the query tiles that see the tile.
+///  3. The five products, each thread computing whole elements of an output.
+///  4. dQ_i gets a term from every block of its head at once: the terms are added
+///     into dQ with atomicAdd, in an order set by timing.
 ///
 /// Run: build/bin/step26_backward_fp32 --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --backward --repeat 10
 ///      build/bin/step26_backward_fp32 --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --backward --check
@@ -25,209 +18,63 @@
 #include <cmath>
 
 #include "attention.hpp"
-#include "common/cuda/cp_async.cuh"
-#include "common/cuda/cuda_check.cuh"
+#include "common/cuda/backward.cuh"
 #include "common/cuda/gpu_step.cuh"
-#include "common/cuda/warp.cuh"
 
 namespace step26 {
 
 namespace {
 
-constexpr int kBackwardThreads = 256;  // a 16 × 16 grid of threads over every product's output tile
-constexpr int kGrid = 16;  // threads along each side of that grid
-constexpr int kWarpSize = 32;
-constexpr int kPad = 4;  // ld = d + 4: the float4s 8 lanes read from 8 rows start in different banks
-
-/// Blocks per SM the kernels are compiled for: two at d <= 64 (16 warps an SM, a thread
-/// capped at 128 registers), so that one block's products run while the other waits at a
-/// barrier; one above (a thread's 64 accumulators at d = 128 need more). Under the cap the
-/// compiler keeps everything in registers only if S_ij's and dP_ij's loop is not unrolled
-/// (rows_times_rows); timed on an H200, fp32, N = 4096: 27.3 -> 32.2 TFLOP/s at d = 64
-/// (scripts/experiments/step26_variants.sh).
-template <int d>
-constexpr int kBlocksPerSm = d <= 64 ? 2 : 1;
+constexpr int kBackwardThreads = 256;
+constexpr int kPad = 1;  // ld = d + 1: 32 lanes reading one column of 32 rows hit 32 banks
 using HeadDims = common::cuda::HeadDims<32, 64, 96, 128>;
 
 //! [tiles]
 /// The backward's tiles for head dimension d: B_c keys a block, B_r queries an
-/// iteration. A thread owns 4 rows × B_c/16 columns of S_ij and dP_ij, and 4 rows ×
-/// d/16 columns of dK_j, dV_j and dQ_i: 2 · 4 · d/16 = 64 accumulators at d = 128.
+/// iteration. Element e of dK_j and dV_j (row e / d, column e % d) belongs to thread
+/// e mod 256: B_c · d / 256 of each a thread, 2 · 32 = 64 accumulators at d = 128.
 template <int d>
 struct BackwardTiles {
   static constexpr int Bc = 64, Br = 64;
-  static constexpr int kRows = Bc / kGrid;  // rows of every output a thread owns: 4
-  static constexpr int kSCols = Bc / kGrid;  // columns of S_ij, dP_ij a thread owns: 4
-  static constexpr int kDCols = d / kGrid;  // columns of dK_j, dV_j, dQ_i a thread owns
+  static constexpr int kPerThread = Bc * d / kBackwardThreads;  // elements of dK_j, of dV_j a thread owns
   static constexpr int ld = d + kPad;  // row stride of Q_i, dO_i, K_j, V_j in shared memory
   static constexpr int ld_s = Bc + kPad;  // row stride of P_ij, dS_ij
   /// Shared memory: K_j, V_j, Q_i, dO_i (B, ld); P_ij, dS_ij (B_r, ld_s); L_i, D_i (B_r).
   static constexpr size_t smem_bytes =
       (size_t(2) * Bc * ld + size_t(2) * Br * ld + size_t(2) * Br * ld_s + size_t(2) * Br) * 4;
-  static_assert(Bc == Br && Bc == 4 * kGrid, "one 16 x 16 thread grid covers every tile");
-  static_assert(d % kGrid == 0, "d/16 columns of dK_j, dV_j, dQ_i a thread");
-  static_assert(2 * kRows * kDCols + kRows * kDCols + 2 * kRows * kSCols <= 128,
-                "dK_j, dV_j, dQ_i's term and S_ij, dP_ij fit a thread's registers beside addresses");
+  static_assert(Bc * d % kBackwardThreads == 0 && d % 32 == 0, "a warp's elements share one row");
+  static_assert(2 * kPerThread <= 64, "dK_j and dV_j fit a thread's registers beside the loops' addresses");
 };
 //! [tiles]
 
-/// Starts loading rows row0 … row0 + B − 1 of an (n_rows, d) matrix into a (B, ld) tile
-/// in shared memory by cp.async, 16 bytes a copy; rows past n_rows become zeros.
+/// Loads rows row0 … row0 + B − 1 of an (n_rows, d) matrix into a (B, ld) tile in
+/// shared memory; rows past n_rows become zeros.
 template <int d>
 __device__ void load_rows(float* tile, const float* matrix, int row0, int B, int n_rows) {
-  constexpr int ld = BackwardTiles<d>::ld;
-  for (int e = threadIdx.x; e < B * d / 4; e += kBackwardThreads) {
-    const int r = e / (d / 4), k = 4 * (e % (d / 4));
-    const bool inside = row0 + r < n_rows;
-    common::cuda::cp_async_16(tile + r * ld + k, matrix + size_t(inside ? row0 + r : 0) * d + k, inside);
-  }
-}
-
-using common::cuda::dot4;
-
-//! [products]
-/// C(4 × kSCols) = A Bᵀ for this thread's rows 4·tm + r of A and rows tn + 16·c of B,
-/// both (·, d) with row stride ld: S_ij = Q_i K_jᵀ and dP_ij = dO_i V_jᵀ.
-template <int d>
-__device__ void rows_times_rows(float (&C)[BackwardTiles<d>::kRows][BackwardTiles<d>::kSCols], const float* A,
-                                const float* B, int tm, int tn) {
-  using T = BackwardTiles<d>;
-#pragma unroll
-  for (int r = 0; r < T::kRows; ++r) {
-#pragma unroll
-    for (int c = 0; c < T::kSCols; ++c) C[r][c] = 0.0f;
-  }
-  constexpr int kUnroll = kBlocksPerSm<d> == 2 ? 1 : 4;  // rolled under two blocks' register cap: no spill
-#pragma unroll kUnroll
-  for (int k4 = 0; k4 < d / 4; ++k4) {
-    float4 a[T::kRows];
-#pragma unroll
-    for (int r = 0; r < T::kRows; ++r) a[r] = reinterpret_cast<const float4*>(A + (T::kRows * tm + r) * T::ld)[k4];
-#pragma unroll
-    for (int c = 0; c < T::kSCols; ++c) {
-      const float4 b = reinterpret_cast<const float4*>(B + (tn + kGrid * c) * T::ld)[k4];
-#pragma unroll
-      for (int r = 0; r < T::kRows; ++r) C[r][c] = dot4(a[r], b, C[r][c]);
-    }
-  }
-}
-
-/// C(4 × kDCols) += Aᵀ B over the B_r rows of A (B_r, ld_s) and B (B_r, ld): this
-/// thread's columns 4·tm + r of A and tn + 16·c of B. dV_j += P_ijᵀ dO_i, dK_j += dS_ijᵀ Q_i.
-template <int d>
-__device__ void columns_times_rows(float (&C)[BackwardTiles<d>::kRows][BackwardTiles<d>::kDCols], const float* A,
-                                   const float* B, int tm, int tn) {
-  using T = BackwardTiles<d>;
-#pragma unroll 4
-  for (int q = 0; q < T::Br; ++q) {
-    const float4 a = *reinterpret_cast<const float4*>(A + q * T::ld_s + T::kRows * tm);
-#pragma unroll
-    for (int c = 0; c < T::kDCols; ++c) {
-      const float b = B[q * T::ld + tn + kGrid * c];
-      C[0][c] = fmaf(a.x, b, C[0][c]);
-      C[1][c] = fmaf(a.y, b, C[1][c]);
-      C[2][c] = fmaf(a.z, b, C[2][c]);
-      C[3][c] = fmaf(a.w, b, C[3][c]);
-    }
-  }
-}
-
-/// C(4 × kDCols) = A B for this thread's rows 4·tm + r of A (B_r, ld_s) and columns
-/// tn + 16·c of B (B_c, ld): dQ_i's term dS_ij K_j.
-template <int d>
-__device__ void rows_times_matrix(float (&C)[BackwardTiles<d>::kRows][BackwardTiles<d>::kDCols], const float* A,
-                                  const float* B, int tm, int tn) {
-  using T = BackwardTiles<d>;
-#pragma unroll 2
-  for (int k4 = 0; k4 < T::Bc / 4; ++k4) {
-    float4 a[T::kRows];
-#pragma unroll
-    for (int r = 0; r < T::kRows; ++r) a[r] = reinterpret_cast<const float4*>(A + (T::kRows * tm + r) * T::ld_s)[k4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int c = 0; c < T::kDCols; ++c) {
-        const float b = B[(4 * k4 + kk) * T::ld + tn + kGrid * c];
-#pragma unroll
-        for (int r = 0; r < T::kRows; ++r) C[r][c] = fmaf(common::cuda::component(a[r], kk), b, C[r][c]);
-      }
-    }
-  }
-}
-//! [products]
-
-//! [P and dS]
-/// Lines 10–14 for one (i, j): P_ij = exp(scale · Q_i K_jᵀ − L_i), masked to 0
-/// past N_q, past N_kv and above the causal diagonal; dS_ij = P_ij ∘ (dO_i V_jᵀ − D_i).
-/// Both into shared memory (P_ij only where `keep_p`: the dQ kernel needs dS_ij alone).
-template <int d>
-__device__ void p_and_ds(const float* Qi, const float* dOi, const float* Kj, const float* Vj, const float* Li,
-                         const float* Di, float* Pij, float* dSij, int q0, int kv0, int n_q, int n_kv, float scale,
-                         bool causal, int tm, int tn) {
-  using T = BackwardTiles<d>;
-  float S[T::kRows][T::kSCols], dP[T::kRows][T::kSCols];
-  rows_times_rows<d>(S, Qi, Kj, tm, tn);
-  rows_times_rows<d>(dP, dOi, Vj, tm, tn);
-#pragma unroll
-  for (int r = 0; r < T::kRows; ++r) {
-    const int q = T::kRows * tm + r;
-#pragma unroll
-    for (int c = 0; c < T::kSCols; ++c) {
-      const int key = tn + kGrid * c;
-      const bool visible = q0 + q < n_q && kv0 + key < n_kv && !(causal && kv0 + key > q0 + q);
-      const float p = visible ? expf(scale * S[r][c] - Li[q]) : 0.0f;  // L_i: the row's final log-sum-exp
-      if (Pij) Pij[q * T::ld_s + key] = p;
-      dSij[q * T::ld_s + key] = p * (dP[r][c] - Di[q]);
-    }
-  }
-}
-//! [P and dS]
-
-/// D = rowsum(dO ∘ O): one warp per row of the B·H·N_q rows.
-template <int d>
-__global__ void __launch_bounds__(kBackwardThreads)
-    row_dot_kernel(const float* __restrict__ dO, const float* __restrict__ O, float* __restrict__ D, int64_t rows) {
-  const int64_t row = int64_t(blockIdx.x) * (kBackwardThreads / kWarpSize) + threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  if (row >= rows) return;  // the whole warp leaves together
-  float sum = 0.0f;
-  for (int c = lane; c < d; c += kWarpSize) sum = fmaf(dO[row * d + c], O[row * d + c], sum);
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) D[row] = sum;
-}
-
-/// Loads L_i and D_i (B_r each; 0 past N_q, where P_ij is masked anyway).
-template <int d>
-__device__ void load_row_stats(float* Li, float* Di, const float* L, const float* D, int q0, int n_q) {
-  for (int r = threadIdx.x; r < BackwardTiles<d>::Br; r += kBackwardThreads) {
-    Li[r] = q0 + r < n_q ? L[q0 + r] : 0.0f;
-    Di[r] = q0 + r < n_q ? D[q0 + r] : 0.0f;
+  for (int e = threadIdx.x; e < B * d; e += kBackwardThreads) {
+    const int r = e / d, k = e % d;
+    tile[r * BackwardTiles<d>::ld + k] = row0 + r < n_rows ? matrix[size_t(row0 + r) * d + k] : 0.0f;
   }
 }
 
 /// Algorithm 2 for one K/V tile of one (batch, head) per block: dK_j, dV_j in
-/// registers over the query tiles, dQ_i's terms added into dQ (unless `with_dq` is false).
+/// registers over the query tiles, dQ_i's terms added into dQ.
 //! [kernel]
 template <int d>
-__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
+__global__ void __launch_bounds__(kBackwardThreads)
     backward_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
                     const float* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
                     float* __restrict__ dQ_all, float* __restrict__ dK_all, float* __restrict__ dV_all, int n_q,
-                    int n_kv, int batch_heads, float scale, bool causal, bool with_dq) {
+                    int n_kv, int batch_heads, float scale, bool causal) {
   using T = BackwardTiles<d>;
   constexpr int Bc = T::Bc, Br = T::Br, ld = T::ld, ld_s = T::ld_s;
-  const int tm = threadIdx.x / kGrid, tn = threadIdx.x % kGrid;  // this thread's place in the 16 × 16 grid
   const size_t bh = blockIdx.x % batch_heads;
   const int j = int(blockIdx.x) / batch_heads, kv0 = j * Bc;  // this block's K/V tile
   const auto Q = Q_all + bh * n_q * d;  // Q, dO, dQ: (N_q, d); K, V, dK, dV: (N_kv, d); L, D: (N_q)
   const auto dO = dO_all + bh * n_q * d;
-  const auto K = K_all + bh * n_kv * d;
-  const auto V = V_all + bh * n_kv * d;
-  const auto L = L_all + bh * n_q;
-  const auto D = D_all + bh * n_q;
   const auto dQ = dQ_all + bh * n_q * d;
 
-  extern __shared__ __align__(16) float smem[];
+  extern __shared__ float smem[];
   float* Kj = smem;  // K_j: (B_c, d), row stride ld
   float* Vj = Kj + Bc * ld;  // V_j: (B_c, d)
   float* Qi = Vj + Bc * ld;  // Q_i: (B_r, d)
@@ -237,11 +84,11 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
   float* Li = dSij + Br * ld_s;  // L_i: (B_r)
   float* Di = Li + Br;  // D_i: (B_r)
 
-  float dKj[T::kRows][T::kDCols] = {}, dVj[T::kRows][T::kDCols] = {};  // line 7: rows 4·tm + r, columns tn + 16·c
+  float dKj[T::kPerThread] = {}, dVj[T::kPerThread] = {};  // line 7: elements threadIdx.x + 256·n
 
   // Line 6: load K_j, V_j once.
-  load_rows<d>(Kj, K, kv0, Bc, n_kv);
-  load_rows<d>(Vj, V, kv0, Bc, n_kv);
+  load_rows<d>(Kj, K_all + bh * n_kv * d, kv0, Bc, n_kv);
+  load_rows<d>(Vj, V_all + bh * n_kv * d, kv0, Bc, n_kv);
   // Causal: query tiles that end before kv0 see none of this tile's keys.
   const int Tr = (n_q + Br - 1) / Br, i_first = causal ? kv0 / Br : 0;
   for (int i = i_first; i < Tr; ++i) {  // line 8: query tiles
@@ -249,102 +96,62 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
     // Line 9: load Q_i, dO_i, L_i, D_i.
     load_rows<d>(Qi, Q, q0, Br, n_q);
     load_rows<d>(dOi, dO, q0, Br, n_q);
-    common::cuda::cp_async_commit();
-    load_row_stats<d>(Li, Di, L, D, q0, n_q);
-    common::cuda::cp_async_wait<0>();
-    __syncthreads();  // every thread's copies have landed
+    for (int r = threadIdx.x; r < Br; r += kBackwardThreads) {  // L_i, D_i: 0 past N_q, where P_ij is 0 anyway
+      Li[r] = q0 + r < n_q ? L_all[bh * n_q + q0 + r] : 0.0f;
+      Di[r] = q0 + r < n_q ? D_all[bh * n_q + q0 + r] : 0.0f;
+    }
+    __syncthreads();  // every thread's loads have landed
 
-    p_and_ds<d>(Qi, dOi, Kj, Vj, Li, Di, Pij, dSij, q0, kv0, n_q, n_kv, scale, causal, tm, tn);
-    __syncthreads();  // P_ij and dS_ij are read by other threads' columns
+    // Lines 10–14: S_ij = Q_i K_jᵀ and dP_ij = dO_i V_jᵀ an element at a time (row q,
+    // key c), then P_ij = exp(scale · S_ij − L_i), masked to 0 past N_q, past N_kv
+    // and above the causal diagonal, and dS_ij = P_ij ∘ (dP_ij − D_i).
+    for (int e = threadIdx.x; e < Br * Bc; e += kBackwardThreads) {
+      const int q = e / Bc, c = e % Bc;
+      float s = 0.0f, dp = 0.0f;
+      for (int k = 0; k < d; ++k) {
+        s = fmaf(Qi[q * ld + k], Kj[c * ld + k], s);
+        dp = fmaf(dOi[q * ld + k], Vj[c * ld + k], dp);
+      }
+      const bool visible = q0 + q < n_q && kv0 + c < n_kv && !(causal && kv0 + c > q0 + q);
+      const float p = visible ? expf(scale * s - Li[q]) : 0.0f;  // L_i: the row's final log-sum-exp
+      Pij[q * ld_s + c] = p;
+      dSij[q * ld_s + c] = p * (dp - Di[q]);
+    }
+    __syncthreads();  // P_ij and dS_ij are read by other threads
 
-    columns_times_rows<d>(dVj, Pij, dOi, tm, tn);  // line 12: dV_j += P_ijᵀ dO_i
-    columns_times_rows<d>(dKj, dSij, Qi, tm, tn);  // line 16: dK_j += dS_ijᵀ Q_i (scaled once, at the end)
-    if (with_dq) {
-      // Line 15: dQ_i += scale · dS_ij K_j. Every block of this head adds to dQ_i at
-      // the same time: atomicAdd makes each addition whole, in an order set by timing.
-      float dQi[T::kRows][T::kDCols];
+    // Lines 12 and 16: dV_j += P_ijᵀ dO_i, dK_j += dS_ijᵀ Q_i (scaled once, at the end).
 #pragma unroll
-      for (int r = 0; r < T::kRows; ++r) {
-#pragma unroll
-        for (int c = 0; c < T::kDCols; ++c) dQi[r][c] = 0.0f;
+    for (int n = 0; n < T::kPerThread; ++n) {
+      const int e = threadIdx.x + kBackwardThreads * n, c = e / d, k = e % d;
+      for (int q = 0; q < Br; ++q) {
+        dVj[n] = fmaf(Pij[q * ld_s + c], dOi[q * ld + k], dVj[n]);
+        dKj[n] = fmaf(dSij[q * ld_s + c], Qi[q * ld + k], dKj[n]);
       }
-      rows_times_matrix<d>(dQi, dSij, Kj, tm, tn);
-#pragma unroll
-      for (int r = 0; r < T::kRows; ++r) {
-        const int q = q0 + T::kRows * tm + r;
-        if (q >= n_q) continue;
-#pragma unroll
-        for (int c = 0; c < T::kDCols; ++c) atomicAdd(dQ + size_t(q) * d + tn + kGrid * c, scale * dQi[r][c]);
-      }
+    }
+    // Line 15: dQ_i += scale · dS_ij K_j. Every block of this head adds to dQ_i at
+    // the same time: atomicAdd makes each addition whole, in an order set by timing.
+    for (int e = threadIdx.x; e < Br * d; e += kBackwardThreads) {
+      const int q = e / d, k = e % d;
+      if (q0 + q >= n_q) continue;
+      float dq = 0.0f;
+      for (int c = 0; c < Bc; ++c) dq = fmaf(dSij[q * ld_s + c], Kj[c * ld + k], dq);
+      atomicAdd(dQ + size_t(q0 + q) * d + k, scale * dq);
     }
     __syncthreads();  // the next iteration overwrites Q_i, dO_i, P_ij and dS_ij
   }
   // Line 18: write dK_j, dV_j once.
 #pragma unroll
-  for (int r = 0; r < T::kRows; ++r) {
-    const int key = kv0 + T::kRows * tm + r;
+  for (int n = 0; n < T::kPerThread; ++n) {
+    const int e = threadIdx.x + kBackwardThreads * n, key = kv0 + e / d;
     if (key >= n_kv) continue;
-#pragma unroll
-    for (int c = 0; c < T::kDCols; ++c) {
-      dK_all[(bh * n_kv + key) * d + tn + kGrid * c] = scale * dKj[r][c];
-      dV_all[(bh * n_kv + key) * d + tn + kGrid * c] = dVj[r][c];
-    }
+    dK_all[(bh * n_kv + key) * d + e % d] = scale * dKj[n];
+    dV_all[(bh * n_kv + key) * d + e % d] = dVj[n];
   }
 }
 //! [kernel]
 
-/// The deterministic dQ: one block per query tile of one (batch, head) sums
-/// dS_ij K_j over its K/V tiles in order, S_ij and dP_ij recomputed.
-//! [dq kernel]
-template <int d>
-__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm<d>)
-    dq_kernel(const float* __restrict__ Q_all, const float* __restrict__ K_all, const float* __restrict__ V_all,
-              const float* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
-              float* __restrict__ dQ_all, int n_q, int n_kv, int batch_heads, float scale, bool causal) {
-  using T = BackwardTiles<d>;
-  constexpr int Bc = T::Bc, Br = T::Br, ld = T::ld, ld_s = T::ld_s;
-  const int tm = threadIdx.x / kGrid, tn = threadIdx.x % kGrid;
-  const size_t bh = blockIdx.x % batch_heads;
-  const int i = int(blockIdx.x) / batch_heads, q0 = i * Br;  // this block's query tile
-  extern __shared__ __align__(16) float smem[];
-  float* Kj = smem;
-  float* Vj = Kj + Bc * ld;
-  float* Qi = Vj + Bc * ld;
-  float* dOi = Qi + Br * ld;
-  float* dSij = dOi + Br * ld + Br * ld_s;  // the P_ij slot is not needed here
-  float* Li = dSij + Br * ld_s;
-  float* Di = Li + Br;
-
-  load_rows<d>(Qi, Q_all + bh * n_q * d, q0, Br, n_q);
-  load_rows<d>(dOi, dO_all + bh * n_q * d, q0, Br, n_q);
-  load_row_stats<d>(Li, Di, L_all + bh * n_q, D_all + bh * n_q, q0, n_q);
-  float dQi[T::kRows][T::kDCols] = {};
-  const int Tc = ((causal ? min(n_kv, q0 + Br) : n_kv) + Bc - 1) / Bc;  // causal: up to the diagonal
-  for (int j = 0; j < Tc; ++j) {
-    const int kv0 = j * Bc;
-    load_rows<d>(Kj, K_all + bh * n_kv * d, kv0, Bc, n_kv);
-    load_rows<d>(Vj, V_all + bh * n_kv * d, kv0, Bc, n_kv);
-    common::cuda::cp_async_commit();
-    common::cuda::cp_async_wait<0>();
-    __syncthreads();
-    p_and_ds<d>(Qi, dOi, Kj, Vj, Li, Di, nullptr, dSij, q0, kv0, n_q, n_kv, scale, causal, tm, tn);
-    __syncthreads();
-    rows_times_matrix<d>(dQi, dSij, Kj, tm, tn);  // the tiles in order: the same sum every run
-    __syncthreads();
-  }
-#pragma unroll
-  for (int r = 0; r < T::kRows; ++r) {
-    const int q = q0 + T::kRows * tm + r;
-    if (q >= n_q) continue;
-#pragma unroll
-    for (int c = 0; c < T::kDCols; ++c) dQ_all[(bh * n_q + q) * d + tn + kGrid * c] = scale * dQi[r][c];
-  }
-}
-//! [dq kernel]
-
 //! [launch]
-/// D first, then the main kernel (one block per (K/V tile, batch·head)), then in the
-/// deterministic mode the dQ kernel (one block per (query tile, batch·head)).
+/// D first, then the main kernel: one block per (K/V tile, batch·head).
 template <int d>
 void launch_backward(const common::DeviceBackwardArgs& a) {
   using T = BackwardTiles<d>;
@@ -354,44 +161,24 @@ void launch_backward(const common::DeviceBackwardArgs& a) {
              o = static_cast<const float*>(a.o), d_o = static_cast<const float*>(a.d_o);
   const auto dq = static_cast<float*>(a.dq), dk = static_cast<float*>(a.dk), dv = static_cast<float*>(a.dv);
   auto D = static_cast<float*>(a.workspace);  // D: (B, H, N_q)
-  const int64_t rows = s.lse_elements();
-  constexpr int kRowsPerBlock = kBackwardThreads / kWarpSize;
-  row_dot_kernel<d>
-      <<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBackwardThreads, 0, stream>>>(d_o, o, D, rows);
-  CUDA_CHECK_LAUNCH();
-  if (!a.deterministic) CUDA_CHECK(cudaMemsetAsync(dq, 0, size_t(s.q_elements()) * sizeof(float), stream));
+  common::cuda::launch_row_dot(d_o, o, D, s.lse_elements(), d, stream);
+  CUDA_CHECK(cudaMemsetAsync(dq, 0, size_t(s.q_elements()) * sizeof(float), stream));
   CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::smem_bytes)));
   const unsigned kv_tiles = unsigned((s.seq_kv + T::Bc - 1) / T::Bc);
   backward_kernel<d><<<kv_tiles* unsigned(s.batch_heads()), kBackwardThreads, T::smem_bytes, stream>>>(
-      q, k, v, d_o, a.lse, D, dq, dk, dv, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal,
-      !a.deterministic);
-  CUDA_CHECK_LAUNCH();
-  if (!a.deterministic) return;
-  CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::smem_bytes)));
-  const unsigned q_tiles = unsigned((s.seq_q + T::Br - 1) / T::Br);
-  dq_kernel<d><<<q_tiles* unsigned(s.batch_heads()), kBackwardThreads, T::smem_bytes, stream>>>(
-      q, k, v, d_o, a.lse, D, dq, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal);
+      q, k, v, d_o, a.lse, D, dq, dk, dv, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]
 
-/// The main kernel's tiles and resources (and the dQ kernel's registers and spills).
-template <int d>
-common::Figures backward_resources() {
-  using T = BackwardTiles<d>;
-  common::Figures figures = common::cuda::kernel_resources(backward_kernel<d>, kBackwardThreads, T::smem_bytes,
-                                                           {{"B_c", T::Bc}, {"B_r", T::Br}});
-  cudaFuncAttributes dq{};
-  CUDA_CHECK(cudaFuncGetAttributes(&dq, dq_kernel<d>));
-  figures.push_back({"dq_kernel_registers", double(dq.numRegs)});
-  figures.push_back({"dq_kernel_local_bytes", double(dq.localSizeBytes)});
-  return figures;
-}
-
 }  // namespace
 
 common::Figures backward_resources(int64_t head_dim) {
-  return HeadDims::dispatch(head_dim, [](auto d) { return backward_resources<d()>(); });
+  return HeadDims::dispatch(head_dim, [](auto d) {
+    using T = BackwardTiles<d()>;
+    return common::cuda::kernel_resources(backward_kernel<d()>, kBackwardThreads, T::smem_bytes,
+                                          {{"B_c", T::Bc}, {"B_r", T::Br}});
+  });
 }
 
 void launch_backward(const common::DeviceBackwardArgs& args) {

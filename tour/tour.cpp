@@ -7,7 +7,7 @@
 /// A step that cannot run this problem (a head dimension it was not compiled
 /// for, no GPU) is listed with the reason; a step estimated to take longer
 /// than --max-seconds is listed as skipped, with the estimate. A step with a
-/// backward pass (steps 25 to 28) runs it too, after its forward, on a random
+/// backward pass (steps 25 to 31) runs it too, after its forward, on a random
 /// dO: a second table gives its time and its dQ, dK, dV errors against the fp64
 /// gradients, checked under the same rule.
 #include <unistd.h>

@@ -109,6 +109,9 @@ class GpuBackwardSession final : public BackwardSession {
     require_head_dim(problem.shape.head_dim, head_dims, name);
     require_gpu(name);
     require_compute_capability(kernel_->compute_capability, name);
+    if (options.deterministic && !kernel_->deterministic_dq) {
+      throw InputError(name + " sums dQ by atomicAdd only; it has no deterministic mode");
+    }
     const Shape& s = shape_;
     const int64_t workspace =
         kernel_->backward_workspace_bytes ? kernel_->backward_workspace_bytes(s, options.deterministic) : 0;
@@ -202,7 +205,7 @@ StepInfo gpu_step(std::string name, std::string title, std::vector<int64_t> head
     return session->result();
   };
   if (info.gpu->launch_backward) {
-    info.has_deterministic_option = true;
+    info.has_deterministic_option = info.gpu->deterministic_dq;
     info.open_backward = [info](const Problem& p, const BackwardInputs& in, const Options& o) {
       require_precision(info, o.precision);
       return std::unique_ptr<BackwardSession>(

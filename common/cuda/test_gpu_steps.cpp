@@ -13,7 +13,10 @@
 ///  - `FLASH_TESTS_SCALE_SIGNS`: every sign of the scale at every d (from step
 ///    12, whose kernel folds sign(scale) into Q_i);
 ///  - `FLASH_TESTS_BACKWARD`: the step has a backward pass, run on the gradient
-///    conformance suite with dQ by atomics and in the deterministic mode;
+///    conformance suite with dQ by atomics;
+///  - `FLASH_TESTS_DETERMINISTIC`: its backward also sums dQ in a fixed order
+///    (from step 28), run on the suite in that mode too and checked bitwise-repeatable;
+///    without it, asking for that mode is refused;
 ///  - `FLASH_TESTS_NO_SPILLS_AT`: the resource report shows no spills at this d,
 ///    or at every d when it is 0; absent: no such test (steps 4 and 5).
 /// What is particular to a step (step 5's spilling build, step 21's second block
@@ -164,16 +167,34 @@ TEST_CASE(FLASH_STEP_LABEL ": gradient conformance suite, dQ by atomics" FLASH_T
   for (const common::Options& options : precisions) check_gradient_conformance(step(), 0, options);
 }
 
+#if FLASH_TESTS_DETERMINISTIC
+/// The ways the step sums dQ: by atomics, and in a fixed order.
+const std::vector<bool> dq_modes = {false, true};
+
 TEST_CASE(FLASH_STEP_LABEL ": gradient conformance suite, deterministic dQ" FLASH_TESTS_IN_EACH) {
   for (common::Options options : precisions) {
     options.deterministic = true;
     check_gradient_conformance(step(), 0, options);
   }
 }
+#else
+const std::vector<bool> dq_modes = {false};
 
-TEST_CASE(FLASH_STEP_LABEL ": gradients, causal with N_q != N_kv across tile boundaries, every d, both modes") {
+TEST_CASE(FLASH_STEP_LABEL ": a step whose dQ is summed by atomics only refuses the deterministic mode") {
+  CHECK_FALSE(step().has_deterministic_option);
+  const common::Problem p =
+      common::make_random_problem(common::Shape{1, 1, 70, 70, step().head_dims.front()}, false, std::nullopt, 1);
+  common::Options options = precisions.front();
+  const common::Result forward = step().forward(p, options);
+  options.deterministic = true;
+  CHECK_THROWS_AS(step().backward(p, {forward.o, forward.lse, common::make_random_upstream(p.shape, 2)}, options),
+                  common::InputError);
+}
+#endif
+
+TEST_CASE(FLASH_STEP_LABEL ": gradients, causal with N_q != N_kv across tile boundaries, every d and dQ mode") {
   for (common::Options options : precisions) {
-    for (bool deterministic : {false, true}) {
+    for (bool deterministic : dq_modes) {
       options.deterministic = deterministic;
       for (int64_t d : step().head_dims) {
         for (auto [n_q, n_kv] : {std::pair<int64_t, int64_t>{65, 200}, {200, 65}, {127, 129}, {1, 300}, {300, 1}}) {
@@ -205,7 +226,7 @@ TEST_CASE(FLASH_STEP_LABEL ": gradients for B*H = 70000 heads and any scale's si
   }
 }
 
-TEST_CASE(FLASH_STEP_LABEL ": backward sessions: the deterministic mode gives the same bits every run") {
+TEST_CASE(FLASH_STEP_LABEL ": backward sessions: repeated runs pass, the deterministic mode with the same bits") {
   const std::vector<std::pair<common::Shape, bool>> problems = {{common::Shape{2, 3, 777, 555, 128}, false},
                                                                 {common::Shape{2, 2, 333, 517, 128}, true}};
   for (common::Options options : precisions) {
@@ -215,6 +236,7 @@ TEST_CASE(FLASH_STEP_LABEL ": backward sessions: the deterministic mode gives th
       const common::Problem p = common::make_random_problem(shape, causal, std::nullopt, run_seed());
       options.deterministic = false;  // atomics: checked, timed, but the order of dQ's sums may differ
       check_backward_session(step(), p, 3, options, /*bitwise=*/false);
+      if (!step().has_deterministic_option) continue;
       options.deterministic = true;
       check_backward_session(step(), p, 3, options, /*bitwise=*/true);
     }

@@ -3,10 +3,10 @@
 # transformer trained once with SDPA's attention and once with a backward step's.
 #
 # Reads the newest (by the date in the name) of REPO/docs/results/current/
-#   training_<GPU>_<date>.csv        fp32: step 26 beside SDPA's EFFICIENT_ATTENTION backend
-#   training_bf16_<GPU>_<date>.csv   bf16 (autocast): step 27 beside SDPA's FLASH_ATTENTION
+#   training_<GPU>_<date>.csv        fp32: step 29 beside SDPA's EFFICIENT_ATTENTION backend
+#   training_bf16_<GPU>_<date>.csv   bf16 (autocast): step 30 beside SDPA's FLASH_ATTENTION
 #   training_hopper_bf16_<GPU>_<date>.csv
-#                                    bf16, 2 heads of d = 64: step 28 beside FLASH_ATTENTION
+#                                    bf16, 2 heads of d = 64: step 31 beside FLASH_ATTENTION
 # (columns step, loss_sdpa, loss_step; written by python/examples/train_tiny_transformer.py
 # --csv, --dtype bf16 --csv and --dtype bf16 --heads 2 --csv). Writes
 #   OUTDIR/training_loss.svg        the fp32 figure (gnuplot): both losses against the training
@@ -101,15 +101,15 @@ if [[ -z "$csv" && -z "$csv_bf16" && -z "$csv_hopper" ]]; then
 fi
 
 if [[ -n "$csv" ]]; then
-  figure "$csv" "$svg" training_ "Training loss of the tiny transformer, SDPA's attention and step 26's" \
-    "step 26" EFFICIENT_ATTENTION
+  figure "$csv" "$svg" training_ "Training loss of the tiny transformer, SDPA's attention and step 29's" \
+    "step 29" EFFICIENT_ATTENTION
   {
-    echo "\\image html training_loss.svg \"The tiny transformer's loss, step by step, trained with SDPA's attention and with step 26's (above), and their difference (below)\""
+    echo "\\image html training_loss.svg \"The tiny transformer's loss, step by step, trained with SDPA's attention and with step 29's (above), and their difference (below)\""
     echo
     echo "Generated during the docs build from [${name}](repo/docs/results/current/${name})"
     echo "(\`python/examples/train_tiny_transformer.py --csv\`, ${gpu}, ${day}, ${steps} training steps). The"
-    echo "curves lie on each other: the lower panel shows step 26's loss minus SDPA's, at most ${max_diff}"
-    echo "in size; the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 26)."
+    echo "curves lie on each other: the lower panel shows step 29's loss minus SDPA's, at most ${max_diff}"
+    echo "in size; the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 29)."
   } > "$md"
 else
   echo "No fp32 \`docs/results/current/training_<GPU>_<date>.csv\` yet: its figure appears when an fp32 run is recorded." > "$md"
@@ -118,15 +118,15 @@ fi
 
 if [[ -n "$csv_bf16" ]]; then
   figure "$csv_bf16" "$svg_bf16" training_bf16_ \
-    "Training loss of the tiny transformer in bf16, SDPA's attention and step 27's" "step 27" FLASH_ATTENTION
+    "Training loss of the tiny transformer in bf16, SDPA's attention and step 30's" "step 30" FLASH_ATTENTION
   {
     echo
-    echo "\\image html training_loss_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights), trained with SDPA's FLASH_ATTENTION backend and with step 27's (above), and their difference (below)\""
+    echo "\\image html training_loss_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights), trained with SDPA's FLASH_ATTENTION backend and with step 30's (above), and their difference (below)\""
     echo
     echo "Generated during the docs build from [${name}](repo/docs/results/current/${name})"
     echo "(\`python/examples/train_tiny_transformer.py --dtype bf16 --csv\`, ${gpu}, ${day}, ${steps} training"
-    echo "steps). In bf16 the lower panel shows step 27's loss minus SDPA's, at most ${max_diff} in size;"
-    echo "the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 27)."
+    echo "steps). In bf16 the lower panel shows step 30's loss minus SDPA's, at most ${max_diff} in size;"
+    echo "the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 30)."
   } >> "$md"
 else
   rm -f "$svg_bf16"
@@ -134,15 +134,15 @@ fi
 
 if [[ -n "$csv_hopper" ]]; then
   figure "$csv_hopper" "$svg_hopper" training_hopper_bf16_ \
-    "Training loss of the tiny transformer in bf16 at d = 64, SDPA's attention and step 28's" "step 28" FLASH_ATTENTION
+    "Training loss of the tiny transformer in bf16 at d = 64, SDPA's attention and step 31's" "step 31" FLASH_ATTENTION
   {
     echo
-    echo "\\image html training_loss_hopper_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights) with 2 heads of d = 64, trained with SDPA's FLASH_ATTENTION backend and with step 28's (above), and their difference (below)\""
+    echo "\\image html training_loss_hopper_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights) with 2 heads of d = 64, trained with SDPA's FLASH_ATTENTION backend and with step 31's (above), and their difference (below)\""
     echo
     echo "Generated during the docs build from [${name}](repo/docs/results/current/${name})"
     echo "(\`python/examples/train_tiny_transformer.py --dtype bf16 --heads 2 --csv\`, ${gpu}, ${day}, ${steps}"
-    echo "training steps). With 2 heads of d = 64 the lower panel shows step 28's loss minus SDPA's,"
-    echo "at most ${max_diff} in size; the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 28)."
+    echo "training steps). With 2 heads of d = 64 the lower panel shows step 31's loss minus SDPA's,"
+    echo "at most ${max_diff} in size; the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 31)."
   } >> "$md"
 else
   rm -f "$svg_hopper"

@@ -146,10 +146,10 @@ def test_shapes_are_validated_and_gpu_steps_say_what_workspace_they_need():
         flash_steps.Shape(2, 0, 100, 50, 64)
     assert flash_steps.step02.workspace_bytes(shape) == 0  # a CPU step launches nothing
     # Steps 4 and 5 keep l and m in global memory, with or without the mask; step 24's
-    # dynamic scheduler (causal only) counts claimed tiles in one int, and so does step 28's
+    # dynamic scheduler (causal only) counts claimed tiles in one int, and so does step 31's
     # forward, which is step 24's.
     extra = {"step04": 2 * 2 * 3 * 100 * 4, "step05": 2 * 2 * 3 * 100 * 4}
-    causal_extra = dict(extra, step24=4, step28=4)
+    causal_extra = dict(extra, step24=4, step31=4)
     for s in flash_steps.gpu_steps():
         assert s.workspace_bytes(shape) == extra.get(s.short_name, 0), s.name
         assert s.workspace_bytes(shape, causal=False) == extra.get(s.short_name, 0), s.name
@@ -234,7 +234,7 @@ LADDER = [
     fake_step("step08_fa2_pipelined", ["float32"], [32, 64, 96, 128]),
     fake_step("step14_block_order", ["bfloat16", "float16"], [32, 64, 96, 128]),
     fake_step("step21_tiles_by_head_dim", ["bfloat16", "float16"], [64, 128], compute_capability=90),
-    fake_step("step26_backward_fp32", ["float32"], [32, 64, 96, 128], extends="step08_fa2_pipelined",
+    fake_step("step29_backward_deterministic", ["float32"], [32, 64, 96, 128], extends="step08_fa2_pipelined",
               has_backward=True),
 ]
 
@@ -247,7 +247,7 @@ LADDER = [
     ((64, "bfloat16", 80, False), "step14_block_order"),  # not a Hopper GPU
     ((64, "bfloat16", 0, False), "step21_tiles_by_head_dim"),  # GPU unknown: any
     ((64, "float32", 90, False), "step08_fa2_pipelined"),  # never a backward step for a forward
-    ((64, "float32", 90, True), "step26_backward_fp32"),
+    ((64, "float32", 90, True), "step29_backward_deterministic"),
     ((64, "bfloat16", 90, True), None),  # no 16-bit backward step
     ((48, "bfloat16", 90, False), None),  # no step compiled for d = 48
     ((64, "float64", 90, False), None),

@@ -45,7 +45,7 @@ def exact_float32():
 
 
 def test_there_is_a_gpu_step_with_a_backward():
-    assert BACKWARD_STEPS, "step26_backward_fp32 runs on every GPU the build targets"
+    assert BACKWARD_STEPS, "step29_backward_deterministic runs on every GPU the build targets"
     assert fsp.DEFAULT_BACKWARD_STEP == BACKWARD_STEPS[-1].name
     assert not flash_steps.step(fsp.DEFAULT_STEP).extends  # the forward default is a forward step
 
@@ -130,7 +130,8 @@ def test_deterministic_algorithms_give_bitwise_repeatable_gradients(step):
     assert_gradients_match(q, k, v, d_o, first, True, None, f"{step.name} deterministic")
 
 
-@pytest.mark.parametrize("step", FP32_BACKWARD_STEPS, ids=lambda s: s.name)
+@pytest.mark.parametrize("step", [s for s in FP32_BACKWARD_STEPS if s.has_deterministic_option],
+                         ids=lambda s: s.name)
 def test_attention_backward_on_tensors_and_numpy_agree(step):
     # Step.attention_backward on CUDA tensors (launch_backward, no copy) and on NumPy
     # arrays (the backward session) compute the same gradients: deterministic, bitwise.
@@ -177,6 +178,33 @@ def test_launch_backward_refuses_bad_tensors(step):
         step.launch_backward(q, k, v, o, lse, d_o, dq, dk, dv, workspace, deterministic=None)
 
 
+@pytest.mark.parametrize("step", [s for s in BACKWARD_STEPS if not s.has_deterministic_option],
+                         ids=lambda s: s.name)
+def test_a_step_with_atomics_only_refuses_the_deterministic_mode(step):
+    # Steps 26 to 28 sum dQ by atomicAdd only: asked for a fixed order, they say so instead
+    # of returning gradients whose last bits change from run to run.
+    (q, k, v), d_o = make_inputs(1, 2, 40, 24, 64, seed=6)
+    o, lse = step.attention_forward(q, k, v)
+    message = rf"^{step.name} sums dQ by atomicAdd only"
+    with pytest.raises(flash_steps.InputError, match=message):
+        step.attention_backward(q, k, v, o, lse, d_o, deterministic=True)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    workspace = torch.empty(step.backward_workspace_bytes(step.check_inputs(q, k, v)), dtype=torch.uint8,
+                            device=DEVICE)
+    with pytest.raises(flash_steps.InputError, match=message):
+        step.launch_backward(q, k, v, o, lse, d_o, dq, dk, dv, workspace, deterministic=True)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        leaves = [t.requires_grad_() for t in (q, k, v)]
+        out, _ = fsp.attention(*leaves, False, step=step.name)
+        # Raised inside the backward operator; autograd may hand it on as a RuntimeError.
+        with pytest.raises((flash_steps.InputError, RuntimeError), match=message[1:]):
+            out.sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
 @pytest.mark.parametrize("step", FORWARD_ONLY, ids=lambda s: s.name)
 def test_a_forward_only_operator_refuses_backward(step):
     dtype = getattr(torch, step.dtypes[0])
@@ -184,7 +212,7 @@ def test_a_forward_only_operator_refuses_backward(step):
     leaves = [t.requires_grad_() for t in (q, k, v)]
     o, _ = fsp.attention(*leaves, True, step=step.name)
     with pytest.raises(RuntimeError, match=rf"{step.name} has no backward pass; train with a step that has one: "
-                                           rf".*step26_backward_fp32"):
+                                           rf".*step29_backward_deterministic"):
         o.sum().backward()
     with pytest.raises(flash_steps.InputError, match=rf"^{step.name} has no backward pass"):
         step.launch_backward(q.detach(), k.detach(), v.detach(), q.detach(), q.detach()[..., 0].float(),
@@ -202,7 +230,7 @@ def test_opcheck_with_gradients(step):
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor",
                                       "test_aot_dispatch_dynamic"))
     o, lse = fsp.OPS[step.name](q.detach(), k.detach(), v.detach(), True, 0.125)
-    for deterministic in (False, True):
+    for deterministic in (False, True) if step.has_deterministic_option else (False,):
         torch.library.opcheck(fsp.BACKWARD_OPS[step.name],
                               (q.detach(), k.detach(), v.detach(), o, lse, d_o, True, 0.125, deterministic))
 

@@ -2,10 +2,10 @@
 """Times the backward steps' torch operators beside SDPA's backward in their precision, in one process.
 
 Usage: scripts/gpu/backward_compare.py CSV [--dtype fp32|bf16|fp16] [--python-dir build-gpu/python]
-           [--seq 1024,4096] [--long] [--head-dims 64,128] [--steps 27]
+           [--seq 1024,4096] [--long] [--head-dims 64,128] [--steps 30]
 
 For each GPU step with a backward pass that takes tensors of --dtype (flash_steps.pytorch.BACKWARD_OPS and
-Step.dtypes: step 26 for fp32, the default; steps 27 and 28 for bf16 and fp16) and SDPA's backends for that dtype:
+Step.dtypes: steps 26 to 29 for fp32, the default; steps 30 and 31 for bf16 and fp16) and SDPA's backends for that dtype:
   fp32        EFFICIENT_ATTENTION (xFormers' memory-efficient kernels, the one fused SDPA backend that takes
               fp32), TF32 off;
   bf16, fp16  FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION (cuDNN's fused attention);
@@ -45,7 +45,7 @@ bf16 and fp16; max_abs_diff_vs_sdpa: a sanity check); a non-finite O, L or gradi
 the step is a failure.
 Writes CSV row by row (columns gpu, date, commit, dtype, method, kernel, batch, heads, N,
 d, causal, calls, reps, median_ms, tflops, max_abs_diff_vs_sdpa, note; dtype fp32, bf16 or
-fp16; kernel is "<name>:<call>", e.g. "step26_backward_fp32:backward",
+fp16; kernel is "<name>:<call>", e.g. "step29_backward_deterministic:backward",
 "sdpa_efficient:backward", "sdpa_flash:backward", "sdpa_cudnn:backward"): the file
 scripts/docs/render-pages reads for the backward table's "operator" and "SDPA" columns
 (docs/results/current/backward_compare_<GPU>_<date>.csv; a 16-bit run's, e.g.
@@ -283,7 +283,7 @@ def main(argv=None):
         print(f"backward_compare.py: cannot import flash_steps.pytorch from {args.python_dir} "
               f"({type(e).__name__}: {e}); build the target flash_steps_python, or pass --python-dir", file=sys.stderr)
         return 2
-    # The steps that take the dtype: fp32 step 26 beside EFFICIENT, 16-bit steps 27 and 28 beside FLASH and CUDNN.
+    # The steps that take the dtype: fp32 steps 26 to 29 beside EFFICIENT, 16-bit steps 30 and 31 beside FLASH and CUDNN.
     steps = [s for s in fsp.BACKWARD_OPS
              if picked(s, args.steps) and STEP_DTYPES[args.dtype] in fsp.flash_steps.step(s).dtypes]
     if not steps:

@@ -21,7 +21,7 @@
 #    step against SDPA;
 # 3. runs the two scripts a reader runs: python/examples/llama_on_a_step.py (logits
 #    difference and time per forward, SDPA and step08 in float32, SDPA and step21 in
-#    bfloat16), train_tiny_transformer.py (loss curves of SDPA and step26) and
+#    bfloat16), train_tiny_transformer.py (loss curves of SDPA and step29) and
 #    compile_one_step.py.
 # Writes OUTDIR/*.log, OUTDIR/junit_*.xml, OUTDIR/llama.csv, OUTDIR/training.csv and OUTDIR/results.csv
 # (check, status, tests passed/failed/skipped, seconds), and prints a summary. About

@@ -147,7 +147,7 @@ if want perf; then
 fi
 
 if want backward; then
-  # The backward steps (today steps 26 to 28): their kernels, forward and backward in both dQ modes
+  # The backward steps (today steps 26 to 31): their kernels, forward and backward in both dQ modes
   # (gpu_bench --sections backward), then their torch operators beside SDPA's EFFICIENT_ATTENTION
   # backward in one process (backward_compare.py); each CSV one GPU, both by the same timing.
   results=${FLASH_ROUND_RESULTS:-docs/results/current}
