@@ -21,7 +21,7 @@ layout, as attention layers make) are copied to contiguous tensors first, as SDP
 would; the kernel then runs on them through DLPack without a further copy, on the
 current stream.
 
-Gradients: the operator of a step with a backward pass (``Step.has_backward``: step29 in
+Gradients: the operator of a step with a backward pass (``Step.has_backward``: step26 to step29 in
 fp32, step30 in bf16 and fp16, step31 in bf16 and fp16 on Hopper for d = 64, 96, 128) has an autograd formula (``register_autograd``), so ``loss.backward()`` runs through
 it: the forward saves Q, K, V, O and L, and the backward calls a second operator,
 ``flash_steps::<step name>_backward`` (``q, k, v, o, lse, d_o, causal, scale, deterministic ->
