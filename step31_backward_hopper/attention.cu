@@ -1,21 +1,16 @@
 /// \file step31_backward_hopper/attention.cu
-/// \brief Step 31 — step 24's forward (the backward is in backward.cu): the persistent grid.
+/// \brief Step 24's forward, bf16 and fp16, in a backward step (the backward is in backward.cu).
 ///
-/// Step 24 runs step 21's kernel on a persistent grid, one block per SM (132 on an H100 SXM) instead of
-/// one per query tile. Each block loops over work tiles (batch·head, query tile) that a
-/// scheduler hands out (tile_scheduler.hpp): every G-th tile for full attention; for causal,
-/// the next unclaimed one, longest first, from an atomic counter. The block's set-up is paid
-/// once, and the producer loads tile t + 1's Q_i, K_0, V_0 while the consumers finish tile t
-/// (its last P̃V and the epilogue). The tiles are step 21's, for d = 64, 96, 128 and 256.
-///
-/// Run: build/bin/step31_backward_hopper --batch 4 --heads 16 --seq-q 1024 --seq-kv 1024 --head-dim 128 --repeat 20
-///      build/bin/step31_backward_hopper --seq-q 1000 --seq-kv 333 --head-dim 96 --causal --dtype fp16 --check
+/// Step 24 improves on step 23 by handing out causal tiles dynamically. Query tile i of a
+/// causal head costs i + 1 K/V tiles, so step 23's fixed stride (block b takes b, b + G, …)
+/// gives some blocks more work than others, and the grid waits for the slowest. Here a block
+/// that finishes a tile takes the next one nobody has claimed, numbered longest first, from
+/// an atomic counter in global memory (tile_scheduler.hpp): the short tiles fill in at the
+/// end. Full attention keeps the static schedule, whose tiles all cost the same.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
-#include <string>
 
 #include "attention.hpp"
 #include "common/cuda/convert.cuh"
@@ -196,12 +191,6 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
   }
   //! [producer]
   registers_up<Tiles<d>::kConsumerRegisters>();
-  // Turns in a ring: warpgroup w issues its wgmmas when named barrier kTurn + w opens (its 128
-  // threads and the 128 that open it), then opens the next one's; the last opens warpgroup 0's.
-  // The ring runs on from tile to tile: each warpgroup's softmax runs while the others' products
-  // do, and one warpgroup's epilogue while the others start the next tile.
-  const auto my_turn = [&] { named_barrier_sync(kTurn + wg, kTurnThreads); };
-  const auto your_turn = [&] { named_barrier_arrive(kTurn + (wg + 1) % kConsumers, kTurnThreads); };
   // Line 3's body for the consumers: query tile i of head bh, whose K_j, V_j are the producer's
   // loads number `load` … `load` + T_c − 1.
   const auto query_tile = [&](size_t bh, int i, int load) {
@@ -330,6 +319,12 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
       if (lane == 0) barrier_arrive(&v_empty[(load + j) % kStages]);
     };
     //! [schedule]
+    // Turns in a ring: warpgroup w issues its wgmmas when named barrier kTurn + w opens (its 128
+    // threads and the 128 that open it), then opens the next one's; the last opens warpgroup 0's
+    // first. Each warpgroup's softmax then runs while the others' products do. The ring runs on
+    // from tile to tile: one warpgroup's epilogue runs while the others start the next tile.
+    const auto my_turn = [&] { named_barrier_sync(kTurn + wg, kTurnThreads); };
+    const auto your_turn = [&] { named_barrier_arrive(kTurn + (wg + 1) % kConsumers, kTurnThreads); };
     my_turn();
     issue_S(0);
     your_turn();
@@ -378,7 +373,7 @@ __global__ void __launch_bounds__(Tiles<d>::kThreads, 1)  // ≥ 1 block per SM:
     query_tile(w.bh, w.i, load);
     load += kv_tiles(w.i * Br);
   }
-  if (wg == 0) my_turn();  // the turn the last tile's last warpgroup opened, which no tile takes
+  if (wg == 0) named_barrier_sync(kTurn, kTurnThreads);  // the turn the last tile's last warpgroup opened
   //! [tile loop]
   //! [algorithm 1]
 }
@@ -399,10 +394,6 @@ void launch(const common::DeviceArgs& a) {
   common::cuda::allow_shared_memory(kernel, shared_bytes);
   //! [grid]
   const int64_t Tr = (shape.seq_q + Tiles<d>::Br - 1) / Tiles<d>::Br;  // T_r query tiles a head
-  if (Tr * shape.batch_heads() > INT_MAX) {
-    throw common::InputError("step31: " + std::to_string(Tr * shape.batch_heads()) +
-                             " query tiles; the tile scheduler numbers at most 2^31 - 1");
-  }
   int device = 0, sms = 0;  // G = SMs: the register budget (Tiles) leaves room for one block an SM
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));

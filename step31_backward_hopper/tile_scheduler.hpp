@@ -28,7 +28,7 @@ struct WorkTile {
 
 //! [scheduler]
 /// The order of the work tiles and the static scheduler's stride. Tile numbers are
-/// int: the launch refuses T_r · B·H ≥ 2³¹.
+/// int: T_r · B·H ≥ 2³¹ tiles of 64 or more rows would be a Q of 2³⁷ rows, 16 TiB at d = 64.
 struct TileScheduler {
   int Tr;  ///< T_r: query tiles per head
   int batch_heads;  ///< B·H
