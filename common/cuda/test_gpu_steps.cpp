@@ -15,7 +15,7 @@
 ///  - `FLASH_TESTS_BACKWARD`: the step has a backward pass, run on the gradient
 ///    conformance suite with dQ by atomics;
 ///  - `FLASH_TESTS_DETERMINISTIC`: its backward also sums dQ in a fixed order
-///    (from step 28), run on the suite in that mode too and checked bitwise-repeatable;
+///    (from step 29), run on the suite in that mode too and checked bitwise-repeatable;
 ///    without it, asking for that mode is refused;
 ///  - `FLASH_TESTS_NO_SPILLS_AT`: the resource report shows no spills at this d,
 ///    or at every d when it is 0; absent: no such test (steps 4 and 5).
