@@ -68,6 +68,12 @@ void require_precision(const StepInfo& step, Precision precision) {
                    "; --dtype " + name(precision) + " is not one of its precisions");
 }
 
+void require_dq_order(const std::string& name, const GpuKernel& kernel, bool deterministic) {
+  if (deterministic && !kernel.deterministic_dq) {
+    throw InputError(name + " sums dQ by atomicAdd only; it has no deterministic mode");
+  }
+}
+
 std::unique_ptr<Session> open_session(const StepInfo& step, const Problem& problem, const Options& options) {
   require_precision(step, options.precision);
   if (step.open) return step.open(problem, options);

@@ -149,6 +149,12 @@ struct StepInfo {
 /// "step06_fa2 computes in fp32 only; --dtype bf16 is not one of its precisions".
 void require_precision(const StepInfo& step, Precision precision);
 
+/// Throws InputError when `deterministic` is asked of a GPU kernel that sums dQ by atomics
+/// only (GpuKernel::deterministic_dq false), e.g. "step26_backward_fp32 sums dQ by atomicAdd
+/// only; it has no deterministic mode". The backward session and the module's
+/// launch_backward both ask it.
+void require_dq_order(const std::string& name, const GpuKernel& kernel, bool deterministic);
+
 /// Opens a session for `step` on `problem`: the step's own `open` where it has
 /// one (GPU steps), otherwise a session that calls `step.forward` each run.
 /// Refuses a precision the step does not compute in (require_precision).

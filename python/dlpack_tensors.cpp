@@ -369,9 +369,7 @@ void launch_backward(const common::StepInfo& step, py::handle q, py::handle k, p
   const int64_t dl_stream = dlpack_stream(stream);
   const Inputs in = borrow_inputs(step, q, k, v, dl_stream);
   if (!step.gpu->launch_backward) throw common::InputError(step.name + " has no backward pass");
-  if (deterministic && !step.gpu->deterministic_dq) {
-    throw common::InputError(step.name + " sums dQ by atomicAdd only; it has no deterministic mode");
-  }
+  common::require_dq_order(step.name, *step.gpu, deterministic);
   const common::Shape& shape = in.shape;
   const int device = in.q.device();
   const DeviceGuard guard(device);

@@ -109,9 +109,7 @@ class GpuBackwardSession final : public BackwardSession {
     require_head_dim(problem.shape.head_dim, head_dims, name);
     require_gpu(name);
     require_compute_capability(kernel_->compute_capability, name);
-    if (options.deterministic && !kernel_->deterministic_dq) {
-      throw InputError(name + " sums dQ by atomicAdd only; it has no deterministic mode");
-    }
+    require_dq_order(name, *kernel_, options.deterministic);
     const Shape& s = shape_;
     const int64_t workspace =
         kernel_->backward_workspace_bytes ? kernel_->backward_workspace_bytes(s, options.deterministic) : 0;
