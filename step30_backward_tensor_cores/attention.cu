@@ -337,10 +337,11 @@ common::StepInfo describe() {
   kernel.launch_backward = launch_backward;
   kernel.backward_workspace_bytes = backward_workspace_bytes;
   kernel.backward_resources = backward_resources;
-  common::StepInfo info = common::cuda::gpu_step(
-      "step30_backward_tensor_cores",
-      "the backward pass on the tensor cores, bf16 and fp16: mma.sync products, dQ by atomicAdd or in order",
-      HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
+  kernel.deterministic_dq = false;  // dQ by atomicAdd only (step 32 adds the fixed order)
+  common::StepInfo info =
+      common::cuda::gpu_step("step30_backward_tensor_cores",
+                             "the backward pass on the tensor cores, bf16 and fp16: mma.sync products, dQ by atomicAdd",
+                             HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
   info.extends = "step14_block_order";
   return info;
 }

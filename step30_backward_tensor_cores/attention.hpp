@@ -9,7 +9,7 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 30: step 14's forward and the backward pass on the tensor cores in bf16 and fp16, dQ by atomics or deterministic.
+/// Step 30: step 14's forward and the backward pass on the tensor cores in bf16 and fp16, dQ by atomics.
 namespace step30 {
 
 /// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) with
@@ -29,16 +29,16 @@ common::Gradients attention_backward(const common::Problem& problem, const commo
 
 /// Enqueues the backward pass (backward.cu) on `args.stream`: D = rowsum(dO ∘ O), then
 /// one block per K/V tile accumulating dK_j, dV_j on the tensor cores and adding dQ_i's
-/// terms with atomicAdd into an fp32 accumulator that a last kernel rounds into dQ, or
-/// with `args.deterministic` a second kernel that sums dQ_i in order.
+/// terms with atomicAdd into an fp32 accumulator that a last kernel rounds into dQ (the
+/// only way here: a session asked for `deterministic` is refused).
 /// `args.workspace` holds D and the accumulator: backward_workspace_bytes(shape) bytes.
 void launch_backward(const common::DeviceBackwardArgs& args);
 
 /// The backward kernels' tiles and the compiler's resources for head dimension d.
 common::Figures backward_resources(int64_t head_dim);
 
-/// Device bytes launch_backward needs beyond its tensors: D, 4·B·H·N_q, and with atomics
-/// the fp32 accumulator of dQ, 4·B·H·N_q·d.
+/// Device bytes launch_backward needs beyond its tensors: D, 4·B·H·N_q, and the fp32
+/// accumulator of dQ, 4·B·H·N_q·d.
 int64_t backward_workspace_bytes(const common::Shape& shape, bool deterministic);
 
 /// This step as the program driver, the tour and the benchmarks see it.

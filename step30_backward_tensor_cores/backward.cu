@@ -17,10 +17,9 @@
 ///     and dK_j += dS_ijᵀ Q_i, as step 14's P̃_ij is the A operand of P̃_ij V_j.
 ///  4. dQ_i's term dS_ij K_j needs dS_ij by queries, which other warps computed: dS_ijᵀ
 ///     goes through shared memory, and the term is added with atomicAdd into an fp32
-///     accumulator (16-bit atomics would round every term), 4 neighbouring floats a
-///     reduction on sm_90 (a float4: a quarter of the requests); a last kernel rounds
-///     scale · dQ into the 16-bit dQ. `--deterministic` computes dQ in a second kernel
-///     instead, one block per query tile summing its K/V tiles in order.
+///     accumulator (16-bit atomics would round every term); a last kernel rounds
+///     scale · dQ into the 16-bit dQ. The atomics are the only order here: step 32 adds
+///     the deterministic one.
 ///
 /// Run: build/bin/step30_backward_tensor_cores --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --backward --repeat 10
 ///      build/bin/step30_backward_tensor_cores --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --backward --check
@@ -249,28 +248,12 @@ __device__ void p_and_ds(uint32_t (&P16)[BackwardTiles<d>::kSCols / 4][4],
 
 /// row[col(n)] += C[n] for a thread's kN columns of one row of a C tile (the row's other
 /// columns are its 3 neighbours' in the quad), each addition whole, whatever the other blocks
-/// add at the same time. sm_90 adds 4 neighbouring floats in one vector reduction into the L2
-/// cache: two lanes of a quad swap a pair, so that the even one holds columns 8g + 2c … + 3
-/// and the odd one 8(g + 1) + 2(c − 1) … + 3. Before sm_90, one reduction a float. Every lane
-/// of the warp calls it (the swap is a shuffle); only those with `inside` add.
+/// add at the same time: one reduction into the L2 cache a float.
 template <int kN>
 __device__ void add_row(float* row, const float (&C)[kN], bool inside) {
-  static_assert(kN % 4 == 0, "pairs of 8-column groups");
+  if (!inside) return;
 #pragma unroll
-  for (int n = 0; n < kN; n += 4) {  // 8-column groups n/2 and n/2 + 1: pairs n, n + 1 and n + 2, n + 3
-#if __CUDA_ARCH__ >= 900
-    const bool odd = threadIdx.x % 2;
-    const float give0 = odd ? C[n] : C[n + 2], give1 = odd ? C[n + 1] : C[n + 3];
-    const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-    const float4 four = odd ? make_float4(got0, got1, C[n + 2], C[n + 3]) : make_float4(C[n], C[n + 1], got0, got1);
-    if (inside) atomicAdd(reinterpret_cast<float4*>(row + col(n) + (odd ? 6 : 0)), four);
-#else
-    if (inside) {
-#pragma unroll
-      for (int m = n; m < n + 4; ++m) atomicAdd(row + col(m), C[m]);
-    }
-#endif
-  }
+  for (int n = 0; n < kN; ++n) atomicAdd(row + col(n), C[n]);
 }
 
 /// Starts loading L_i and D_i by cp.async (B_r each; 0 past N_q, where P_ij is masked anyway).
@@ -304,15 +287,14 @@ struct QueryTile {
 };
 
 /// Algorithm 2 for one K/V tile of one (batch, head) per block: dK_j, dV_j in fp32
-/// registers over the query tiles, dQ_i's terms added into the fp32 dQ_acc (unless
-/// `with_dq` is false).
+/// registers over the query tiles, dQ_i's terms added into the fp32 dQ_acc.
 //! [kernel]
 template <class T, int d>  // T: __nv_bfloat16 or __half
 __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
     backward_kernel(const T* __restrict__ Q_all, const T* __restrict__ K_all, const T* __restrict__ V_all,
                     const T* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
                     float* __restrict__ dQ_acc, T* __restrict__ dK_all, T* __restrict__ dV_all, int n_q, int n_kv,
-                    int batch_heads, float scale, bool causal, bool with_dq) {
+                    int batch_heads, float scale, bool causal) {
   using Bt = BackwardTiles<d>;
   constexpr int Bc = Bt::Bc, Br = Bt::Br, ld = Bt::ld;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, row_lane = lane / kColLanes;
@@ -366,18 +348,16 @@ __global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
     // dS_ijᵀ is complete: each warp reads the other warps' keys; and every warp is done with
     // this stage, which the next iteration's copies refill.
     __syncthreads();
-    if (with_dq) {
-      // Line 15: dQ_i += scale · dS_ij K_j. Every block of this head adds to dQ_i at the
-      // same time: atomicAdd makes each addition whole, in an order set by timing; the
-      // scale is applied once, when dQ is rounded to 16 bits.
-      float dQi[kRows][Bt::kDqCols / kColLanes] = {};
-      ds_times_keys<T, d>(dQi, dSt, Kj);
-      const int q_first = 16 * (warp % Bt::kQueryTiles), c_first = Bt::kDqCols * (warp / Bt::kQueryTiles);
+    // Line 15: dQ_i += scale · dS_ij K_j. Every block of this head adds to dQ_i at the same
+    // time: atomicAdd makes each addition whole, in an order set by timing; the scale is
+    // applied once, when dQ is rounded to 16 bits.
+    float dQi[kRows][Bt::kDqCols / kColLanes] = {};
+    ds_times_keys<T, d>(dQi, dSt, Kj);
+    const int q_first = 16 * (warp % Bt::kQueryTiles), c_first = Bt::kDqCols * (warp / Bt::kQueryTiles);
 #pragma unroll
-      for (int t = 0; t < kRows; ++t) {
-        const int q = q0 + q_first + 8 * t + row_lane;
-        add_row(dQ + size_t(q) * d + c_first, dQi[t], q < n_q);
-      }
+    for (int t = 0; t < kRows; ++t) {
+      const int q = q0 + q_first + 8 * t + row_lane;
+      add_row(dQ + size_t(q) * d + c_first, dQi[t], q < n_q);
     }
   }
   // Line 18: write dK_j, dV_j once, rounded to T: two neighbouring columns in one 4-byte store.
@@ -404,67 +384,13 @@ __global__ void __launch_bounds__(kBackwardThreads)
   common::cuda::store4(dQ + e, common::cuda::scale4(scale, *reinterpret_cast<const float4*>(dQ_acc + e)));
 }
 
-/// The deterministic dQ: one block per query tile of one (batch, head) sums dS_ij K_j over
-/// its K/V tiles in order, S_ijᵀ and dP_ijᵀ recomputed, and writes scale · dQ_i rounded to T.
-//! [dq kernel]
-template <class T, int d>
-__global__ void __launch_bounds__(kBackwardThreads, kBlocksPerSm)
-    dq_kernel(const T* __restrict__ Q_all, const T* __restrict__ K_all, const T* __restrict__ V_all,
-              const T* __restrict__ dO_all, const float* __restrict__ L_all, const float* __restrict__ D_all,
-              T* __restrict__ dQ_all, int n_q, int n_kv, int batch_heads, float scale, bool causal) {
-  using Bt = BackwardTiles<d>;
-  constexpr int Bc = Bt::Bc, Br = Bt::Br, ld = Bt::ld;
-  const int warp = threadIdx.x / kWarpSize, row_lane = (threadIdx.x % kWarpSize) / kColLanes;
-  const int Tr = (n_q + Br - 1) / Br;  // the query tiles of one (batch, head) are neighbours, as above
-  const size_t bh = blockIdx.x / Tr;
-  const int i = int(blockIdx.x) % Tr, q0 = i * Br;  // this block's query tile
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
-  T* Kj = reinterpret_cast<T*>(smem_bytes);  // the main kernel's layout, one stage
-  T* Vj = Kj + Bc * ld;
-  T* dSt = Vj + Bc * ld;
-  const QueryTile<T, d> tile(reinterpret_cast<unsigned char*>(dSt + Bc * Bt::ld_s));
-
-  tile.load(Q_all + bh * n_q * d, dO_all + bh * n_q * d, L_all + bh * n_q, D_all + bh * n_q, q0, n_q);
-  float dQi[kRows][Bt::kDqCols / kColLanes] = {};
-  const int Tc = ((causal ? min(n_kv, q0 + Br) : n_kv) + Bc - 1) / Bc;  // causal: up to the diagonal
-  for (int j = 0; j < Tc; ++j) {
-    const int kv0 = j * Bc;
-    load_rows<d>(Kj, K_all + bh * n_kv * d, kv0, Bc, n_kv);
-    load_rows<d>(Vj, V_all + bh * n_kv * d, kv0, Bc, n_kv);
-    common::cuda::cp_async_commit();
-    common::cuda::cp_async_wait<0>();
-    __syncthreads();
-#pragma unroll
-    for (int p = 0; p < Br; p += Bt::Bp) {
-      uint32_t P16[Bt::kSCols / 4][4], dS16[Bt::kSCols / 4][4];  // P16 unused here: the compiler drops it
-      p_and_ds<T, d>(P16, dS16, Kj, Vj, tile.Qi, tile.dOi, tile.Li, tile.Di, dSt, p, q0, kv0, n_q, n_kv, scale, causal);
-    }
-    __syncthreads();
-    ds_times_keys<T, d>(dQi, dSt, Kj);  // the tiles in order: the same sum every run
-    __syncthreads();
-  }
-  const int q_first = 16 * (warp % Bt::kQueryTiles), c_first = Bt::kDqCols * (warp / Bt::kQueryTiles);
-#pragma unroll
-  for (int t = 0; t < kRows; ++t) {
-    const int q = q0 + q_first + 8 * t + row_lane;
-    if (q >= n_q) continue;
-#pragma unroll
-    for (int n = 0; n < Bt::kDqCols / kColLanes; n += 2) {
-      *reinterpret_cast<uint32_t*>(dQ_all + (bh * n_q + q) * d + c_first + col(n)) =
-          common::cuda::pack2<T>(scale * dQi[t][n], scale * dQi[t][n + 1]);
-    }
-  }
-}
-//! [dq kernel]
-
 /// Where the fp32 dQ accumulator starts in the workspace, in floats: after D, rounded up to
 /// 4 floats so that the conversion's float4 loads are aligned.
 int64_t accumulator_offset(const common::Shape& s) { return (s.lse_elements() + 3) / 4 * 4; }
 
 //! [launch]
 /// D first, then the main kernel (one block per (K/V tile, batch·head)), then the rounding of
-/// dQ's accumulator, or in the deterministic mode the dQ kernel (one block per (query tile,
-/// batch·head)).
+/// dQ's accumulator.
 template <class T, int d>
 void launch_backward(const common::DeviceBackwardArgs& a) {
   using Bt = BackwardTiles<d>;
@@ -474,43 +400,27 @@ void launch_backward(const common::DeviceBackwardArgs& a) {
              o = static_cast<const T*>(a.o), d_o = static_cast<const T*>(a.d_o);
   const auto dq = static_cast<T*>(a.dq), dk = static_cast<T*>(a.dk), dv = static_cast<T*>(a.dv);
   const auto D = static_cast<float*>(a.workspace);  // D: (B, H, N_q)
-  const auto dQ_acc = D + accumulator_offset(s);  // with atomics: (B, H, N_q, d), fp32
+  const auto dQ_acc = D + accumulator_offset(s);  // (B, H, N_q, d), fp32
   common::cuda::launch_row_dot(d_o, o, D, s.lse_elements(), d, stream);  // fp32 sums of the 16-bit elements
-  if (!a.deterministic) CUDA_CHECK(cudaMemsetAsync(dQ_acc, 0, size_t(s.q_elements()) * sizeof(float), stream));
+  CUDA_CHECK(cudaMemsetAsync(dQ_acc, 0, size_t(s.q_elements()) * sizeof(float), stream));
   common::cuda::allow_shared_memory(backward_kernel<T, d>, Bt::smem_bytes);
   const unsigned kv_tiles = unsigned((s.seq_kv + Bt::Bc - 1) / Bt::Bc);
   backward_kernel<T, d><<<kv_tiles* unsigned(s.batch_heads()), kBackwardThreads, Bt::smem_bytes, stream>>>(
-      q, k, v, d_o, a.lse, D, dQ_acc, dk, dv, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal,
-      !a.deterministic);
+      q, k, v, d_o, a.lse, D, dQ_acc, dk, dv, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal);
   CUDA_CHECK_LAUNCH();
-  if (!a.deterministic) {
-    const int64_t per_block = 4 * int64_t(kBackwardThreads);
-    dq_convert_kernel<T><<<unsigned((s.q_elements() + per_block - 1) / per_block), kBackwardThreads, 0, stream>>>(
-        dQ_acc, dq, s.q_elements(), a.scale);
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
-  common::cuda::allow_shared_memory(dq_kernel<T, d>, Bt::smem_bytes);
-  const unsigned q_tiles = unsigned((s.seq_q + Bt::Br - 1) / Bt::Br);
-  dq_kernel<T, d><<<q_tiles* unsigned(s.batch_heads()), kBackwardThreads, Bt::smem_bytes, stream>>>(
-      q, k, v, d_o, a.lse, D, dq, int(s.seq_q), int(s.seq_kv), int(s.batch_heads()), a.scale, a.causal);
+  const int64_t per_block = 4 * int64_t(kBackwardThreads);
+  dq_convert_kernel<T><<<unsigned((s.q_elements() + per_block - 1) / per_block), kBackwardThreads, 0, stream>>>(
+      dQ_acc, dq, s.q_elements(), a.scale);
   CUDA_CHECK_LAUNCH();
 }
 //! [launch]
 
-/// The main kernel's tiles and resources (and the dQ kernel's registers and spills), bf16;
-/// fp16's are the same.
+/// The main kernel's tiles and resources, bf16; fp16's are the same.
 template <int d>
 common::Figures backward_resources() {
   using Bt = BackwardTiles<d>;
-  common::Figures figures =
-      common::cuda::kernel_resources(backward_kernel<__nv_bfloat16, d>, kBackwardThreads, Bt::smem_bytes,
-                                     {{"B_c", Bt::Bc}, {"B_r", Bt::Br}, {"B_p", Bt::Bp}});
-  cudaFuncAttributes dq{};
-  CUDA_CHECK(cudaFuncGetAttributes(&dq, dq_kernel<__nv_bfloat16, d>));
-  figures.push_back({"dq_kernel_registers", double(dq.numRegs)});
-  figures.push_back({"dq_kernel_local_bytes", double(dq.localSizeBytes)});
-  return figures;
+  return common::cuda::kernel_resources(backward_kernel<__nv_bfloat16, d>, kBackwardThreads, Bt::smem_bytes,
+                                        {{"B_c", Bt::Bc}, {"B_r", Bt::Br}, {"B_p", Bt::Bp}});
 }
 
 }  // namespace
@@ -527,9 +437,8 @@ void launch_backward(const common::DeviceBackwardArgs& args) {
   });
 }
 
-int64_t backward_workspace_bytes(const common::Shape& shape, bool deterministic) {
-  // D; with atomics also dQ's fp32 accumulator (the deterministic dQ kernel writes dQ itself).
-  return (accumulator_offset(shape) + (deterministic ? 0 : shape.q_elements())) * int64_t(sizeof(float));
+int64_t backward_workspace_bytes(const common::Shape& shape, bool /*deterministic*/) {
+  return (accumulator_offset(shape) + shape.q_elements()) * int64_t(sizeof(float));  // D, dQ's accumulator
 }
 
 }  // namespace step30

@@ -4,8 +4,8 @@
 /// Algorithm 2 needs, for each query row, D_i = Σ_c dO_ic · O_ic (the row's dot
 /// product of the upstream gradient with the forward's output): dS_ij = P_ij ∘
 /// (dP_ij − D_i). It is the same for every K/V tile, so the steps compute it once,
-/// before their main kernel, into a workspace of B·H·N_q floats. Steps 26 to 30
-/// share this kernel; step 31 writes its own, which also pads L and D per head.
+/// before their main kernel, into a workspace of B·H·N_q floats. Steps 26 to 32
+/// share this kernel; step 33 writes its own, which also pads L and D per head.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -4,9 +4,9 @@
 #
 # Reads the newest (by the date in the name) of REPO/docs/results/current/
 #   training_<GPU>_<date>.csv        fp32: step 29 beside SDPA's EFFICIENT_ATTENTION backend
-#   training_bf16_<GPU>_<date>.csv   bf16 (autocast): step 30 beside SDPA's FLASH_ATTENTION
+#   training_bf16_<GPU>_<date>.csv   bf16 (autocast): step 32 beside SDPA's FLASH_ATTENTION
 #   training_hopper_bf16_<GPU>_<date>.csv
-#                                    bf16, 2 heads of d = 64: step 31 beside FLASH_ATTENTION
+#                                    bf16, 2 heads of d = 64: step 33 beside FLASH_ATTENTION
 # (columns step, loss_sdpa, loss_step; written by python/examples/train_tiny_transformer.py
 # --csv, --dtype bf16 --csv and --dtype bf16 --heads 2 --csv). Writes
 #   OUTDIR/training_loss.svg        the fp32 figure (gnuplot): both losses against the training
@@ -118,15 +118,15 @@ fi
 
 if [[ -n "$csv_bf16" ]]; then
   figure "$csv_bf16" "$svg_bf16" training_bf16_ \
-    "Training loss of the tiny transformer in bf16, SDPA's attention and step 30's" "step 30" FLASH_ATTENTION
+    "Training loss of the tiny transformer in bf16, SDPA's attention and step 32's" "step 32" FLASH_ATTENTION
   {
     echo
-    echo "\\image html training_loss_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights), trained with SDPA's FLASH_ATTENTION backend and with step 30's (above), and their difference (below)\""
+    echo "\\image html training_loss_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights), trained with SDPA's FLASH_ATTENTION backend and with step 32's (above), and their difference (below)\""
     echo
     echo "Generated during the docs build from [${name}](repo/docs/results/current/${name})"
     echo "(\`python/examples/train_tiny_transformer.py --dtype bf16 --csv\`, ${gpu}, ${day}, ${steps} training"
-    echo "steps). In bf16 the lower panel shows step 30's loss minus SDPA's, at most ${max_diff} in size;"
-    echo "the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 30)."
+    echo "steps). In bf16 the lower panel shows step 32's loss minus SDPA's, at most ${max_diff} in size;"
+    echo "the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 32)."
   } >> "$md"
 else
   rm -f "$svg_bf16"
@@ -134,15 +134,15 @@ fi
 
 if [[ -n "$csv_hopper" ]]; then
   figure "$csv_hopper" "$svg_hopper" training_hopper_bf16_ \
-    "Training loss of the tiny transformer in bf16 at d = 64, SDPA's attention and step 31's" "step 31" FLASH_ATTENTION
+    "Training loss of the tiny transformer in bf16 at d = 64, SDPA's attention and step 33's" "step 33" FLASH_ATTENTION
   {
     echo
-    echo "\\image html training_loss_hopper_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights) with 2 heads of d = 64, trained with SDPA's FLASH_ATTENTION backend and with step 31's (above), and their difference (below)\""
+    echo "\\image html training_loss_hopper_bf16.svg \"The tiny transformer's loss in bf16 (autocast over float32 weights) with 2 heads of d = 64, trained with SDPA's FLASH_ATTENTION backend and with step 33's (above), and their difference (below)\""
     echo
     echo "Generated during the docs build from [${name}](repo/docs/results/current/${name})"
     echo "(\`python/examples/train_tiny_transformer.py --dtype bf16 --heads 2 --csv\`, ${gpu}, ${day}, ${steps}"
-    echo "training steps). With 2 heads of d = 64 the lower panel shows step 31's loss minus SDPA's,"
-    echo "at most ${max_diff} in size; the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 31)."
+    echo "training steps). With 2 heads of d = 64 the lower panel shows step 33's loss minus SDPA's,"
+    echo "at most ${max_diff} in size; the means of the last ${tail_n} steps are ${mean_sdpa} (SDPA) and ${mean_step} (step 33)."
   } >> "$md"
 else
   rm -f "$svg_hopper"

@@ -17,8 +17,8 @@ the loss run under torch.autocast, so the Linear layers compute in bf16 and q, k
 the attention as the qkv layer's bf16 output (the layer norms, the residual stream and the
 loss stay float32). (fp16 would need its loss scaled as well, GradScaler: not offered until
 a run of it has been checked.) Without --step, the last built GPU step with a backward pass
-that takes that dtype and head dimension on this GPU: step 29 for fp32, step 30 for bf16, and
-step 31 (Hopper, d = 64 to 128) for bf16 with --heads 2 on an H100 or H200.
+that takes that dtype and head dimension on this GPU: step 29 for fp32, step 32 for bf16, and
+step 33 (Hopper, d = 64 to 128) for bf16 with --heads 2 on an H100 or H200.
 
 The verdict, printed and returned as the exit status: the relative difference of the mean
 loss over the last 50 steps of the two runs is at most 2% (--tolerance), and each run's

@@ -39,7 +39,7 @@ device are ``InputError`` (a ``ValueError``); no GPU is
 ``NoGpuError`` (a ``RuntimeError``); a CUDA error is a ``RuntimeError``.
 
 The steps with a backward pass (``Step.has_backward``: step25 on the CPU, step26 to step29 in fp32
-CUDA, step30 in bf16 and fp16 on the tensor cores, step31 in bf16 and fp16 on Hopper for
+CUDA, step30 to step32 in bf16 and fp16 on the tensor cores, step33 in bf16 and fp16 on Hopper for
 d = 64, 96, 128) also have ``attention_backward(q, k, v, o, lse, d_o) -> (dq, dk, dv)``: the forward's O
 and L and the upstream gradient dO = dloss/dO in, the gradients of Q, K and V out, on
 NumPy arrays (every such step) or CUDA tensors (GPU steps). ``reference_backward`` and

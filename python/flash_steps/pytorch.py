@@ -22,7 +22,7 @@ would; the kernel then runs on them through DLPack without a further copy, on th
 current stream.
 
 Gradients: the operator of a step with a backward pass (``Step.has_backward``: step26 to step29 in
-fp32, step30 in bf16 and fp16, step31 in bf16 and fp16 on Hopper for d = 64, 96, 128) has an autograd formula (``register_autograd``), so ``loss.backward()`` runs through
+fp32, step30 to step32 in bf16 and fp16, step33 in bf16 and fp16 on Hopper for d = 64, 96, 128) has an autograd formula (``register_autograd``), so ``loss.backward()`` runs through
 it: the forward saves Q, K, V, O and L, and the backward calls a second operator,
 ``flash_steps::<step name>_backward`` (``q, k, v, o, lse, d_o, causal, scale, deterministic ->
 (dq, dk, dv)``, also with a fake implementation), which runs the step's backward kernels on
@@ -38,8 +38,8 @@ can be captured in a CUDA graph.
 
 Without ``step``, ``attention`` and ``scaled_dot_product_attention`` run ``default_step(q)``:
 the last built step (the fastest) that takes q's dtype and head dimension on q's GPU; when a
-gradient is needed, the last such step with a backward pass: step31 for bf16 and fp16 at
-d = 64, 96, 128 on an H100 or H200, step30 for them elsewhere (d = 32 to 128), step29 for float32.
+gradient is needed, the last such step with a backward pass: step33 for bf16 and fp16 at
+d = 64, 96, 128 on an H100 or H200, step32 for them elsewhere (d = 32 to 128), step29 for float32.
 """
 
 import re
@@ -185,8 +185,8 @@ BACKWARD_OPS = {name: getattr(torch.ops.flash_steps, f"{name}_backward") for nam
 #: are given to choose by (default_step falls back from it by d, dtype and GPU).
 DEFAULT_STEP = next((s.name for s in reversed(flash_steps.gpu_steps()) if not s.extends), None)
 
-#: The last GPU step with a backward pass (step31_backward_hopper where it is built: bfloat16
-#: and float16 tensors, d = 64, 96, 128, on an H100 or H200; step30_backward_tensor_cores takes
+#: The last GPU step with a backward pass (step33_backward_hopper where it is built: bfloat16
+#: and float16 tensors, d = 64, 96, 128, on an H100 or H200; step32_backward_tc_deterministic takes
 #: bfloat16 and float16 on any of the CUDA steps' GPUs, step29_backward_deterministic float32): the step used
 #: when none is named, a gradient is needed and no tensor is given to choose by, and whose
 #: one-line error is raised where default_step finds no fit.

@@ -146,10 +146,10 @@ def test_shapes_are_validated_and_gpu_steps_say_what_workspace_they_need():
         flash_steps.Shape(2, 0, 100, 50, 64)
     assert flash_steps.step02.workspace_bytes(shape) == 0  # a CPU step launches nothing
     # Steps 4 and 5 keep l and m in global memory, with or without the mask; step 24's
-    # dynamic scheduler (causal only) counts claimed tiles in one int, and so does step 31's
+    # dynamic scheduler (causal only) counts claimed tiles in one int, and so does step 33's
     # forward, which is step 24's.
     extra = {"step04": 2 * 2 * 3 * 100 * 4, "step05": 2 * 2 * 3 * 100 * 4}
-    causal_extra = dict(extra, step24=4, step31=4)
+    causal_extra = dict(extra, step24=4, step33=4)
     for s in flash_steps.gpu_steps():
         assert s.workspace_bytes(shape) == extra.get(s.short_name, 0), s.name
         assert s.workspace_bytes(shape, causal=False) == extra.get(s.short_name, 0), s.name

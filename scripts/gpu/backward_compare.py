@@ -5,7 +5,7 @@ Usage: scripts/gpu/backward_compare.py CSV [--dtype fp32|bf16|fp16] [--python-di
            [--seq 1024,4096] [--long] [--head-dims 64,128] [--steps 30]
 
 For each GPU step with a backward pass that takes tensors of --dtype (flash_steps.pytorch.BACKWARD_OPS and
-Step.dtypes: steps 26 to 29 for fp32, the default; steps 30 and 31 for bf16 and fp16) and SDPA's backends for that dtype:
+Step.dtypes: steps 26 to 29 for fp32, the default; steps 30 to 33 for bf16 and fp16) and SDPA's backends for that dtype:
   fp32        EFFICIENT_ATTENTION (xFormers' memory-efficient kernels, the one fused SDPA backend that takes
               fp32), TF32 off;
   bf16, fp16  FLASH_ATTENTION (FlashAttention-2) and CUDNN_ATTENTION (cuDNN's fused attention);
@@ -283,7 +283,7 @@ def main(argv=None):
         print(f"backward_compare.py: cannot import flash_steps.pytorch from {args.python_dir} "
               f"({type(e).__name__}: {e}); build the target flash_steps_python, or pass --python-dir", file=sys.stderr)
         return 2
-    # The steps that take the dtype: fp32 steps 26 to 29 beside EFFICIENT, 16-bit steps 30 and 31 beside FLASH and CUDNN.
+    # The steps that take the dtype: fp32 steps 26 to 29 beside EFFICIENT, 16-bit steps 30 to 33 beside FLASH and CUDNN.
     steps = [s for s in fsp.BACKWARD_OPS
              if picked(s, args.steps) and STEP_DTYPES[args.dtype] in fsp.flash_steps.step(s).dtypes]
     if not steps:

@@ -410,7 +410,7 @@ TEST_CASE("tma: a tensor map's layout is (d, N, B·H) with 128-byte box rows, ea
 
 TEST_CASE("tma: an fp32 accumulator's map is (d, N, B·H) in boxes of 32 columns, one 128-byte swizzle line") {
   using common::tma::accumulator_map_layout;
-  constexpr auto a = accumulator_map_layout(3, 130, 96, 64);  // step 31's dQ at d = 96, B_r = 64
+  constexpr auto a = accumulator_map_layout(3, 130, 96, 64);  // step 33's dQ at d = 96, B_r = 64
   CHECK(a.dims[0] == 96);
   CHECK(a.dims[1] == 130);
   CHECK(a.dims[2] == 3);
@@ -430,7 +430,7 @@ TEST_CASE("tma: an fp32 accumulator's map is (d, N, B·H) in boxes of 32 columns
 }
 
 TEST_CASE("swizzle: a store's place in a 128-byte-swizzled row is a per-thread base XOR a per-column constant") {
-  // Step 31 writes dS_ijᵀ (2-byte elements) and dQ_i's term (4-byte) into rows that TMA's 128-byte
+  // Step 33 writes dS_ijᵀ (2-byte elements) and dQ_i's term (4-byte) into rows that TMA's 128-byte
   // swizzle lays out: element bytes b of row r go to chunk (b / 16) XOR (r % 8). For a thread whose
   // rows are ≡ x (mod 8) and whose byte within a 16-byte chunk is w, the offset within the row is
   // (16·x + w) XOR 16·c for the element's chunk c: one XOR with a constant of the unrolled loop.

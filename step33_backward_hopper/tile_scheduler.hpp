@@ -1,4 +1,4 @@
-/// \file step31_backward_hopper/tile_scheduler.hpp
+/// \file step33_backward_hopper/tile_scheduler.hpp
 /// \brief The persistent grid's tile scheduler: which (batch·head, query tile) a block takes next.
 ///
 /// A persistent kernel starts as many blocks as the GPU holds at once, G = SMs × blocks
@@ -18,7 +18,7 @@
 
 #include "common/cuda/fragments.hpp"  // FLASH_HOST_DEVICE
 
-namespace step31 {
+namespace step33 {
 
 /// A work tile: query tile `i` of batch·head `bh`.
 struct WorkTile {
@@ -52,4 +52,4 @@ struct TileScheduler {
 };
 //! [scheduler]
 
-}  // namespace step31
+}  // namespace step33

@@ -1,4 +1,4 @@
-/// \file step31_backward_hopper/attention.cu
+/// \file step33_backward_hopper/attention.cu
 /// \brief Step 24's forward, bf16 and fp16, in a backward step (the backward is in backward.cu).
 ///
 /// Step 24 improves on step 23 by handing out causal tiles dynamically. Query tile i of a
@@ -26,7 +26,7 @@
 #include "common/cuda/wgmma.hpp"
 #include "tile_scheduler.hpp"
 
-namespace step31 {
+namespace step33 {
 
 namespace {
 
@@ -443,7 +443,7 @@ common::StepInfo describe() {
   kernel.backward_workspace_bytes = backward_workspace_bytes;
   kernel.backward_resources = backward_resources;
   common::StepInfo info = common::cuda::gpu_step(
-      "step31_backward_hopper",
+      "step33_backward_hopper",
       "the backward pass on Hopper: wgmma products fed by TMA, warp-specialised, dQ added by TMA reductions; "
       "d = 64, 96, 128 (sm_90a)",
       HeadDims::list(), kernel, {common::Precision::bf16, common::Precision::fp16});
@@ -460,4 +460,4 @@ common::Gradients attention_backward(const common::Problem& problem, const commo
   return describe().backward(problem, inputs, options);
 }
 
-}  // namespace step31
+}  // namespace step33

@@ -1,5 +1,5 @@
-/// \file step31_backward_hopper/main.cpp
-/// \brief The step's program: `build/bin/step31_backward_hopper --help` lists the options.
+/// \file step31_backward_vector_reductions/main.cpp
+/// \brief The step's program: `build/bin/step31_backward_vector_reductions --help` lists the options.
 #include "attention.hpp"
 #include "common/driver.hpp"
 

@@ -1,5 +1,5 @@
-/// \file step31_backward_hopper/backward.cu
-/// \brief Step 31 — the backward pass on Hopper: the five products on wgmma, fed by TMA, dQ added by TMA.
+/// \file step33_backward_hopper/backward.cu
+/// \brief Step 33 — the backward pass on Hopper: the five products on wgmma, fed by TMA, dQ added by TMA.
 ///
 /// This step extends step 24 (its forward files are step 24's, renamed) by the backward
 /// pass, as step 30 does step 14's with mma.sync. One block per K/V tile j of one
@@ -22,8 +22,8 @@
 ///     of j (causal: descending from the diagonal), through a counter per query tile: the
 ///     same sums in the same order every run.
 ///
-/// Run: build/bin/step31_backward_hopper --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --backward --repeat 10
-///      build/bin/step31_backward_hopper --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --backward --check
+/// Run: build/bin/step33_backward_hopper --batch 4 --heads 16 --seq-q 4096 --seq-kv 4096 --head-dim 128 --backward --repeat 10
+///      build/bin/step33_backward_hopper --seq-q 1000 --seq-kv 333 --head-dim 64 --causal --dtype fp16 --backward --check
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -42,7 +42,7 @@
 #include "common/cuda/wgmma.cuh"
 #include "common/cuda/wgmma.hpp"
 
-namespace step31 {
+namespace step33 {
 
 namespace {
 
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 1)
     // Lines 10 and 13, transposed: S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ = V_j dO_iᵀ, per 16 of d one
     // wgmma of the warpgroup's 64 keys (A) by the B_r queries (B), both K-major in shared
     // memory. One pass for all B_r queries: at N = 64 a wgmma reads 2 bytes of shared memory
-    // per 32 multiply-adds, at N = 32 it would read 3 (docs/results/runs/step31_variants.txt).
+    // per 32 multiply-adds, at N = 32 it would read 3 (docs/results/runs/step33_variants.txt).
     float S[kRows][Bt::kSCols] = {}, dP[kRows][Bt::kSCols] = {};
     fence_operand(S);
     fence_operand(dP);
@@ -473,7 +473,7 @@ void launch_backward(const common::DeviceBackwardArgs& a) {
   int* turns = a.deterministic ? reinterpret_cast<int*>(ws + w.turns) : nullptr;
   const int64_t Tc = (s.seq_kv + Bt::Bc - 1) / Bt::Bc;
   if (Tc * s.batch_heads() > INT_MAX) {
-    throw common::InputError("step31_backward_hopper: " + std::to_string(Tc * s.batch_heads()) +
+    throw common::InputError("step33_backward_hopper: " + std::to_string(Tc * s.batch_heads()) +
                              " K/V tiles; the grid holds at most 2^31 - 1 blocks");
   }
   const int Tr = int((s.seq_q + Bt::Br - 1) / Bt::Br);
@@ -520,7 +520,7 @@ void launch_backward(const common::DeviceBackwardArgs& args) {
   HeadDims::dispatch(args.shape.head_dim, [&](auto d) {
     if (args.precision == common::Precision::bf16) launch_backward<__nv_bfloat16, d()>(args);
     else if (args.precision == common::Precision::fp16) launch_backward<__half, d()>(args);
-    else throw common::InputError("step31_backward_hopper computes in bf16 and fp16 only");
+    else throw common::InputError("step33_backward_hopper computes in bf16 and fp16 only");
   });
 }
 
@@ -529,4 +529,4 @@ int64_t backward_workspace_bytes(const common::Shape& shape, bool deterministic)
       shape.head_dim, [&](auto d) { return Workspace::of<d()>(shape, deterministic).floats * int64_t(sizeof(float)); });
 }
 
-}  // namespace step31
+}  // namespace step33

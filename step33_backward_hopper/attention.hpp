@@ -1,5 +1,5 @@
-/// \file step31_backward_hopper/attention.hpp
-/// \brief step31_backward_hopper: step 24's forward and the backward pass on Hopper: wgmma, TMA, warpgroups with roles (sm_90a).
+/// \file step33_backward_hopper/attention.hpp
+/// \brief step33_backward_hopper: step 24's forward and the backward pass on Hopper: wgmma, TMA, warpgroups with roles (sm_90a).
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,8 @@
 #include "common/problem.hpp"
 #include "common/step.hpp"
 
-/// Step 31: step 24's forward and the backward pass on Hopper's wgmma, bf16 and fp16, dQ by TMA reductions or deterministic.
-namespace step31 {
+/// Step 33: step 24's forward and the backward pass on Hopper's wgmma, bf16 and fp16, dQ by TMA reductions or deterministic.
+namespace step33 {
 
 /// Computes O (in bf16 or fp16, `options.precision`) and L (fp32) as step 24, on one
 /// block an SM that loops over the query tiles the scheduler gives it. B_r = 192 at
@@ -43,4 +43,4 @@ int64_t backward_workspace_bytes(const common::Shape& shape, bool deterministic)
 /// This step as the program driver, the tour and the benchmarks see it.
 common::StepInfo describe();
 
-}  // namespace step31
+}  // namespace step33
