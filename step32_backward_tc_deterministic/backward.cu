@@ -234,6 +234,7 @@ __device__ void p_and_ds(uint32_t (&P16)[BackwardTiles<d>::kSCols / 4][4],
 }
 //! [P and dS]
 
+//! [add_row]
 /// row[col(n)] += C[n] for a thread's kN columns of one row of a C tile (the row's other
 /// columns are its 3 neighbours' in the quad), each addition whole, whatever the other blocks
 /// add at the same time. sm_90 adds 4 neighbouring floats in one vector reduction into the L2
@@ -259,6 +260,7 @@ __device__ void add_row(float* row, const float (&C)[kN], bool inside) {
 #endif
   }
 }
+//! [add_row]
 
 /// Starts loading L_i and D_i by cp.async (B_r each; 0 past N_q, where P_ij is masked anyway).
 template <int d>

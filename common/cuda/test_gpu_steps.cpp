@@ -168,8 +168,10 @@ TEST_CASE(FLASH_STEP_LABEL ": gradient conformance suite, dQ by atomics" FLASH_T
 }
 
 #if FLASH_TESTS_DETERMINISTIC
-/// The ways the step sums dQ: by atomics, and in a fixed order.
+/// The ways the step sums dQ: by atomics, and in a fixed order (named in the tests below).
 const std::vector<bool> dq_modes = {false, true};
+#define FLASH_TESTS_DQ_MODES "every d and dQ mode"
+#define FLASH_TESTS_SESSION_BITS ", the deterministic mode with the same bits"
 
 TEST_CASE(FLASH_STEP_LABEL ": gradient conformance suite, deterministic dQ" FLASH_TESTS_IN_EACH) {
   for (common::Options options : precisions) {
@@ -179,6 +181,8 @@ TEST_CASE(FLASH_STEP_LABEL ": gradient conformance suite, deterministic dQ" FLAS
 }
 #else
 const std::vector<bool> dq_modes = {false};
+#define FLASH_TESTS_DQ_MODES "every d, dQ by atomics"
+#define FLASH_TESTS_SESSION_BITS ""
 
 TEST_CASE(FLASH_STEP_LABEL ": a step whose dQ is summed by atomics only refuses the deterministic mode") {
   CHECK_FALSE(step().has_deterministic_option);
@@ -192,7 +196,7 @@ TEST_CASE(FLASH_STEP_LABEL ": a step whose dQ is summed by atomics only refuses 
 }
 #endif
 
-TEST_CASE(FLASH_STEP_LABEL ": gradients, causal with N_q != N_kv across tile boundaries, every d and dQ mode") {
+TEST_CASE(FLASH_STEP_LABEL ": gradients, causal with N_q != N_kv across tile boundaries, " FLASH_TESTS_DQ_MODES) {
   for (common::Options options : precisions) {
     for (bool deterministic : dq_modes) {
       options.deterministic = deterministic;
@@ -226,7 +230,7 @@ TEST_CASE(FLASH_STEP_LABEL ": gradients for B*H = 70000 heads and any scale's si
   }
 }
 
-TEST_CASE(FLASH_STEP_LABEL ": backward sessions: repeated runs pass, the deterministic mode with the same bits") {
+TEST_CASE(FLASH_STEP_LABEL ": backward sessions: repeated runs pass" FLASH_TESTS_SESSION_BITS) {
   const std::vector<std::pair<common::Shape, bool>> problems = {{common::Shape{2, 3, 777, 555, 128}, false},
                                                                 {common::Shape{2, 2, 333, 517, 128}, true}};
   for (common::Options options : precisions) {
