@@ -429,7 +429,7 @@ std::vector<Row> measure_backward(const common::StepInfo& step, const common::Pr
   add("forward", timer.time(step.name, [&] { kernel.launch(args); }), common::attention_flops(s, problem.causal));
   const double backward_flops = common::attention_backward_flops(s, problem.causal);
   for (bool deterministic : {false, true}) {
-    if (deterministic && !kernel.deterministic_dq) continue;  // dQ by atomics only (steps 26 to 28)
+    if (deterministic && !kernel.deterministic_dq) continue;  // dQ by atomics only (steps 26 to 28, 30, 31)
     b.deterministic = deterministic;
     kernel.launch_backward(b);  // launches once outside the timing: a failure is reported here
     CUDA_CHECK(cudaStreamSynchronize(timer.stream()));
